@@ -1,0 +1,93 @@
+"""Build a versioned kio entity from plain values.
+
+kio has one dataclass per API version. Handlers describe a response once, with
+the newest field names, as keyword values, dicts and lists; `build` keeps the
+fields the target version has, fills the rest from defaults, and converts
+primitive values (milliseconds to timedelta, int to ErrorCode).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import types
+import typing
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta, i64Timedelta
+
+Converter = Callable[[Any], Any]
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _milliseconds(value: Any) -> Any:
+    if isinstance(value, datetime.timedelta):
+        return value
+    return datetime.timedelta(milliseconds=int(value))
+
+
+def _error_code(value: Any) -> Any:
+    return value if isinstance(value, ErrorCode) else ErrorCode(int(value))
+
+
+def _converter_for(annotation: Any) -> Converter:
+    origin = typing.get_origin(annotation)
+    if origin is tuple:
+        item = _converter_for(typing.get_args(annotation)[0])
+        return lambda values: tuple(item(value) for value in values)
+    if origin in (typing.Union, types.UnionType):
+        options = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        inner = _converter_for(options[0])
+        return lambda value: None if value is None else inner(value)
+    if isinstance(annotation, type):
+        if dataclasses.is_dataclass(annotation):
+            return lambda value: value if isinstance(value, annotation) else build(annotation, value)
+        if issubclass(annotation, (i32Timedelta, i64Timedelta)):
+            return _milliseconds
+        if issubclass(annotation, ErrorCode):
+            return _error_code
+        if issubclass(annotation, uuid.UUID):
+            return lambda value: (
+                value if value is None or isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+            )
+    return _identity
+
+
+_FieldPlan = tuple[tuple[str, Converter, bool], ...]
+_field_plans: dict[type[Any], _FieldPlan] = {}
+
+
+def _field_plan(entity_class: type[Any]) -> _FieldPlan:
+    plan = _field_plans.get(entity_class)
+    if plan is None:
+        plan = _field_plans[entity_class] = _make_field_plan(entity_class)
+    return plan
+
+
+def _make_field_plan(entity_class: type[Any]) -> _FieldPlan:
+    hints = typing.get_type_hints(entity_class)
+    plan = []
+    for field in dataclasses.fields(entity_class):
+        has_default = (
+            field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
+        )
+        plan.append((field.name, _converter_for(hints[field.name]), has_default))
+    return tuple(plan)
+
+
+def build(entity_class: type[Any], values: Mapping[str, Any] | None = None, /, **fields: Any) -> Any:
+    """An instance of `entity_class` from the values it has fields for."""
+    merged = {**(values or {}), **fields}
+    kwargs: dict[str, Any] = {}
+    for name, convert, has_default in _field_plan(entity_class):
+        if name in merged:
+            kwargs[name] = convert(merged[name])
+        elif not has_default:
+            raise KeyError(f"{entity_class.__qualname__} v{entity_class.__version__} needs {name!r}")
+    return entity_class(**kwargs)

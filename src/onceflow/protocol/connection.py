@@ -1,0 +1,77 @@
+"""One client connection as a state machine: bytes in, events out.
+
+The shell feeds whatever the socket produced into `receive_data` and acts on
+the events; it turns responses into bytes with `encode_response`. Framing
+errors that leave the stream unusable raise `ProtocolError`, and the shell
+closes the connection, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from onceflow.protocol.codec import (
+    MalformedRequestError,
+    UnknownApiError,
+    decode_request,
+    peek_request_prefix,
+)
+
+_INT32 = struct.Struct(">i")
+API_VERSIONS_KEY = 18
+
+
+class ProtocolError(Exception):
+    """The byte stream cannot be trusted any more; close the connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestReceived:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    header: Any
+    body: Any
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedApiVersionsRequest:
+    """ApiVersions with a version we do not know: clients expect a v0 answer (KIP-511)."""
+
+    correlation_id: int
+
+
+class Connection:
+    def __init__(self, max_request_bytes: int) -> None:
+        self._max_request_bytes = max_request_bytes
+        self._buffer = bytearray()
+
+    def receive_data(self, data: bytes) -> list[RequestReceived | UnsupportedApiVersionsRequest]:
+        self._buffer += data
+        events: list[RequestReceived | UnsupportedApiVersionsRequest] = []
+        while len(self._buffer) >= 4:
+            (size,) = _INT32.unpack_from(self._buffer)
+            if size < 8 or size > self._max_request_bytes:
+                raise ProtocolError(f"request size {size} outside 8..{self._max_request_bytes}")
+            if len(self._buffer) < 4 + size:
+                break
+            frame = bytes(self._buffer[4 : 4 + size])
+            del self._buffer[: 4 + size]
+            events.append(self._decode(frame))
+        return events
+
+    @staticmethod
+    def _decode(frame: bytes) -> RequestReceived | UnsupportedApiVersionsRequest:
+        try:
+            api_key, api_version, correlation_id = peek_request_prefix(frame)
+            header, body = decode_request(frame)
+        except UnknownApiError as error:
+            if api_key == API_VERSIONS_KEY:
+                return UnsupportedApiVersionsRequest(correlation_id)
+            raise ProtocolError(str(error)) from error
+        except MalformedRequestError as error:
+            raise ProtocolError(str(error)) from error
+        return RequestReceived(api_key, api_version, correlation_id, header, body, len(frame))

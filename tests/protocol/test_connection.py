@@ -1,0 +1,72 @@
+"""The sans-I/O connection: framing under any chunking, and the errors it raises."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from onceflow.protocol.connection import (
+    Connection,
+    ProtocolError,
+    RequestReceived,
+    UnsupportedApiVersionsRequest,
+)
+from tests.wire import WireClient
+
+
+def _frames() -> list[bytes]:
+    client = WireClient.__new__(WireClient)
+    client._correlation_id = 0
+    metadata = client.frame(
+        3, 12, topics=None, allow_auto_topic_creation=True, include_topic_authorized_operations=False
+    )[1]
+    versions = client.frame(18, 3, client_software_name="t", client_software_version="1")[1]
+    old_versions = client.frame(18, 0)[1]
+    return [metadata, versions, old_versions]
+
+
+FRAMES = _frames()
+
+
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=50))
+def test_any_chunking_yields_the_same_requests(cuts: list[int]) -> None:
+    stream = b"".join(FRAMES)
+    connection = Connection(max_request_bytes=1 << 20)
+    events = []
+    position = 0
+    for cut in cuts:
+        events += connection.receive_data(stream[position : position + cut])
+        position += cut
+    events += connection.receive_data(stream[position:])
+    assert [
+        (e.api_key, e.api_version, e.correlation_id) for e in events if isinstance(e, RequestReceived)
+    ] == [(3, 12, 1), (18, 3, 2), (18, 0, 3)]
+
+
+@pytest.mark.parametrize("size", [-1, 0, 7, (1 << 20) + 1])
+def test_absurd_lengths_are_protocol_errors(size: int) -> None:
+    with pytest.raises(ProtocolError):
+        Connection(max_request_bytes=1 << 20).receive_data(struct.pack(">i", size) + b"\0" * 16)
+
+
+def test_unknown_api_key_is_a_protocol_error() -> None:
+    frame = struct.pack(">hhi", 999, 0, 7) + b"\0\0"
+    with pytest.raises(ProtocolError):
+        Connection(1 << 20).receive_data(struct.pack(">i", len(frame)) + frame)
+
+
+def test_api_versions_from_the_future_gets_the_v0_fallback() -> None:
+    frame = struct.pack(">hhi", 18, 99, 7) + b"\xff\xff"
+    events = Connection(1 << 20).receive_data(struct.pack(">i", len(frame)) + frame)
+    assert events == [UnsupportedApiVersionsRequest(correlation_id=7)]
+
+
+@given(st.binary(min_size=0, max_size=64))
+def test_truncated_bodies_never_escape_as_other_errors(tail: bytes) -> None:
+    frame = FRAMES[0][4:12] + tail  # a Metadata header cut short and followed by junk
+    with contextlib.suppress(ProtocolError):
+        Connection(1 << 20).receive_data(struct.pack(">i", len(frame)) + frame)
