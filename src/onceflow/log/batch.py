@@ -1,0 +1,130 @@
+"""Kafka RecordBatch v2 headers: parsing, validation and offset patching.
+
+The broker never decompresses or re-encodes batches. It reads the fixed 61-byte header,
+checks the CRC32C and rewrites the base offset in place (the CRC does not cover it).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from crc32c import crc32c
+from kio.schema.errors import ErrorCode
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+
+HEADER_SIZE = _HEADER.size  # 61
+# baseOffset and batchLength are not counted in batchLength.
+LOG_OVERHEAD = 12
+# The CRC covers everything from the attributes field to the end of the batch.
+CRC_START = 21
+MAGIC = 2
+MAX_SEQUENCE = 2**31 - 1
+
+_TRANSACTIONAL_FLAG = 0x10
+_CONTROL_FLAG = 0x20
+
+
+class CorruptRecordError(ValueError):
+    """A batch is truncated, has a bad magic byte or length, or fails its CRC."""
+
+    error_code = ErrorCode.corrupt_message
+
+
+def next_sequence(sequence: int, increment: int = 1) -> int:
+    """Producer sequences are non-negative int32 values that wrap from 2**31-1 to 0."""
+    return (sequence + increment) & MAX_SEQUENCE
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return -1
+        return next_sequence(self.base_sequence, self.last_offset_delta)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_FLAG)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+
+def parse_batch_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the header at `pos` without checking the CRC."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"truncated batch header at byte {pos}: {len(buf) - pos} of {HEADER_SIZE} bytes"
+        )
+    header = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    if header.magic != MAGIC:
+        raise CorruptRecordError(
+            f"unsupported record batch magic {header.magic} at byte {pos} (only v2 is supported)"
+        )
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch length {header.batch_length} at byte {pos} is too small")
+    if header.last_offset_delta < 0:
+        raise CorruptRecordError(f"negative last offset delta {header.last_offset_delta} at byte {pos}")
+    return header
+
+
+def batch_crc_matches(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> bool:
+    """Whether the stored CRC matches the batch bytes; the batch must lie wholly in `buf`."""
+    view = memoryview(buf)[pos + CRC_START : pos + header.size]
+    return crc32c(view) == header.crc
+
+
+def validate_batches(records: bytes | bytearray | memoryview) -> list[BatchHeader]:
+    """Split a produce payload into batches whose lengths exactly cover it and whose CRCs match."""
+    headers: list[BatchHeader] = []
+    pos = 0
+    end = len(records)
+    while pos < end:
+        header = parse_batch_header(records, pos)
+        if pos + header.size > end:
+            raise CorruptRecordError(
+                f"batch at byte {pos} claims {header.size} bytes but only {end - pos} remain"
+            )
+        if not batch_crc_matches(records, pos, header):
+            raise CorruptRecordError(f"CRC mismatch in the batch at byte {pos}")
+        headers.append(header)
+        pos += header.size
+    return headers
+
+
+def patch_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
+    """Assign the batch's base offset in place; the CRC does not cover it."""
+    _BASE_OFFSET.pack_into(buf, pos, base_offset)

@@ -1,0 +1,78 @@
+"""Per-log settings, read from Kafka's broker (`log.*`) and topic config keys."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    segment_bytes: int = 1024**3
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * 24 * 3_600_000  # -1: keep forever
+    retention_bytes: int = -1  # -1: no size limit
+    max_message_bytes: int = 1_048_588
+    producer_id_expiration_ms: int = 86_400_000
+    flush_interval_ms: int = 1000
+
+    @classmethod
+    def from_kafka(cls, props: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
+        """Overlay the keys this layer understands on `base`; other keys are ignored.
+
+        Later entries of the key table win, so `log.retention.ms` beats minutes and hours
+        (as in Kafka), and topic keys beat broker keys.
+        """
+        changes: dict[str, int] = {}
+        for key in _KEYS:
+            raw = props.get(key.name)
+            if raw is None:
+                continue
+            value = _parse_int(key.name, raw) * key.scale
+            if key.negative_means_unlimited and value < 0:
+                value = -1
+            elif key.minimum is not None and value < key.minimum:
+                raise ValueError(f"{key.name} must be at least {key.minimum}, got {raw!r}")
+            if key.maximum is not None and value > key.maximum:
+                raise ValueError(f"{key.name} must be at most {key.maximum}, got {raw!r}")
+            changes[key.field] = value
+        return dataclasses.replace(base or cls(), **changes)
+
+
+class _Key(NamedTuple):
+    name: str
+    field: str
+    minimum: int | None = None
+    maximum: int | None = None
+    scale: int = 1
+    negative_means_unlimited: bool = False
+
+
+_KEYS = (
+    _Key("log.segment.bytes", "segment_bytes", 14, _INT32_MAX),
+    _Key("segment.bytes", "segment_bytes", 14, _INT32_MAX),
+    _Key("log.index.interval.bytes", "index_interval_bytes", 0, _INT32_MAX),
+    _Key("index.interval.bytes", "index_interval_bytes", 0, _INT32_MAX),
+    _Key("log.retention.hours", "retention_ms", scale=3_600_000, negative_means_unlimited=True),
+    _Key("log.retention.minutes", "retention_ms", scale=60_000, negative_means_unlimited=True),
+    _Key("log.retention.ms", "retention_ms", negative_means_unlimited=True),
+    _Key("retention.ms", "retention_ms", negative_means_unlimited=True),
+    _Key("log.retention.bytes", "retention_bytes", negative_means_unlimited=True),
+    _Key("retention.bytes", "retention_bytes", negative_means_unlimited=True),
+    _Key("message.max.bytes", "max_message_bytes", 0, _INT32_MAX),
+    _Key("max.message.bytes", "max_message_bytes", 0, _INT32_MAX),
+    _Key("producer.id.expiration.ms", "producer_id_expiration_ms", 1, _INT32_MAX),
+    _Key("log.flush.interval.ms", "flush_interval_ms", 0),
+    _Key("flush.ms", "flush_interval_ms", 0),
+)
+
+
+def _parse_int(key: str, raw: str) -> int:
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"{key} must be an integer, got {raw!r}") from None

@@ -1,0 +1,39 @@
+"""Small durable-file helpers shared by the storage modules."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_DIRECTORY_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+
+
+def write_fully(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    """pwrite can write less than asked (a full disk, a signal), so loop until done."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
+def fsync_directory(path: Path) -> None:
+    """Make created, renamed or removed directory entries survive a power loss."""
+    fd = os.open(path, _DIRECTORY_FLAGS)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` so that a crash leaves either the old or the new content."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_fully(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(path.parent)

@@ -1,0 +1,333 @@
+"""A partition's log: an ordered list of segments plus the producer state.
+
+Threading: everything runs on one thread (the event loop) except `flush`, which a worker
+thread may run at the same time as `append`. `flush` only reads a few ints and a copy of the
+segment list and fsyncs file descriptors; segments are never closed while a flush runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.log.batch import BatchHeader, patch_base_offset
+from onceflow.log.config import LogConfig
+from onceflow.log.errors import LogAppendError, LogReadError
+from onceflow.log.files import fsync_directory
+from onceflow.log.producer_state import ProducerStateManager
+from onceflow.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    MAX_RELATIVE_OFFSET,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+)
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time: int = -1  # only LogAppendTime topics would set it
+    duplicate: bool = False
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        producer_state: ProducerStateManager,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self.producer_state = producer_state
+        self._segments = segments
+        self.log_start_offset = segments[0].base_offset
+        self.log_end_offset = segments[-1].next_offset
+        self.flushed_offset = self.log_end_offset
+        self._lock = threading.Condition()
+        self._flushes_running = 0
+        self._close_after_flush: list[LogSegment] = []
+        self._closed = False
+        # New segment files need a directory fsync before their data counts as durable.
+        self._segments_created = 0
+        self._segments_created_synced = 0
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, recovery_point: int, now_ms: int) -> PartitionLog:
+        """Open (or create) the log in `directory`, recovering everything written at or
+        after `recovery_point` (the last offset known to be fsynced)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        base_offsets = _discover_segments(directory)
+        if base_offsets:
+            segments = [LogSegment.open(directory, base) for base in base_offsets]
+            segments = _recover(segments, recovery_point, config.index_interval_bytes)
+        else:
+            segments = [LogSegment.create(directory, 0)]
+            fsync_directory(directory)
+        producer_state = ProducerStateManager()
+        log = cls(directory, config, segments, producer_state)
+        snapshot_offset = producer_state.load_latest_snapshot(directory, log.log_end_offset)
+        for header in log._headers_from(max(snapshot_offset, log.log_start_offset)):
+            # Replayed producers count as active now: their real idle time is unknown.
+            producer_state.update(header, header.base_offset, now_ms)
+        producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
+        return log
+
+    def reconfigure(self, config: LogConfig) -> None:
+        self.config = config
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, records: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendResult:
+        """Append CRC-validated batches (`headers` from `validate_batches(records)`),
+        assigning offsets by patching `records` in place. Nothing is written on error."""
+        if not headers:
+            raise LogAppendError(ErrorCode.invalid_record, "no record batch to append")
+        for header in headers:
+            if header.size > self.config.max_message_bytes:
+                raise LogAppendError(
+                    ErrorCode.message_too_large,
+                    f"batch of {header.size} bytes exceeds max.message.bytes "
+                    f"({self.config.max_message_bytes})",
+                )
+        if len(records) > self.config.segment_bytes:
+            raise LogAppendError(
+                ErrorCode.record_list_too_large,
+                f"{len(records)} bytes of batches exceed segment.bytes ({self.config.segment_bytes})",
+            )
+        if len(headers) > 1 and any(header.has_producer_id for header in headers):
+            # Kafka requires this from Produce v3 on; it keeps sequence checks per batch simple.
+            raise LogAppendError(
+                ErrorCode.invalid_record,
+                "batches with a producer id must be produced one per partition",
+            )
+        duplicate = self.producer_state.check_and_prepare(headers[0])
+        if duplicate is not None:
+            return AppendResult(duplicate.base_offset, duplicate.last_offset, duplicate=True)
+
+        base_offset = self.log_end_offset
+        base_offsets = []
+        offset, position = base_offset, 0
+        for header in headers:
+            patch_base_offset(records, position, offset)
+            base_offsets.append(offset)
+            offset += header.last_offset_delta + 1
+            position += header.size
+        last_offset = offset - 1
+
+        active = self._segments[-1]
+        if active.size and (
+            active.size + len(records) > self.config.segment_bytes
+            or last_offset - active.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            active = self._roll()
+        try:
+            active.append(records, headers, base_offsets, self.config.index_interval_bytes)
+        except OSError as exc:
+            raise LogAppendError(
+                ErrorCode.kafka_storage_error, f"{active.log_path}: write failed: {exc}"
+            ) from exc
+        for header, batch_offset in zip(headers, base_offsets, strict=True):
+            self.producer_state.update(header, batch_offset, now_ms)
+        self.log_end_offset = offset
+        return AppendResult(base_offset, last_offset)
+
+    def _roll(self) -> LogSegment:
+        segment = LogSegment.create(self.directory, self.log_end_offset)
+        # The state as of the new segment's base bounds the replay after a crash.
+        self.producer_state.take_snapshot(self.directory, self.log_end_offset)
+        # Replace, not mutate: a concurrent flush iterates its own copy.
+        self._segments = [*self._segments, segment]
+        self._segments_created += 1
+        return segment
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one containing `offset`: up to `max_bytes`, but at least
+        one batch when there is one (KIP-74), and none starting at or after `max_offset`."""
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise LogReadError(
+                ErrorCode.offset_out_of_range,
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]",
+            )
+        limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if offset >= limit:  # the common case of a consumer waiting at the end
+            return b""
+        first = bisect_right(self._segments, offset, key=_base_offset) - 1
+        for segment in self._segments[first:]:
+            if segment.base_offset >= limit:
+                break
+            data = segment.read(offset, max_bytes, limit)
+            if data:
+                return data
+        return b""
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first batch whose max timestamp is at least
+        `timestamp_ms`, or None when there is none."""
+        for segment in self._segments:
+            if segment.max_timestamp >= timestamp_ms:
+                found = segment.find_timestamp(timestamp_ms)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(base offset, timestamp) of the first batch holding the largest timestamp
+        (ListOffsets' MAX_TIMESTAMP), or None when the log is empty."""
+        non_empty = [segment for segment in self._segments if segment.size]
+        if not non_empty:
+            return None
+        newest = max(non_empty, key=lambda segment: segment.max_timestamp)
+        return newest.find_timestamp(newest.max_timestamp)
+
+    def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        first = max(bisect_right(self._segments, offset, key=_base_offset) - 1, 0)
+        for segment in self._segments[first:]:
+            yield from segment.batches_from(offset)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    # -- durability ---------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync everything appended so far; returns the offset below which all is durable.
+        Safe to call from another thread while `append` runs."""
+        with self._lock:
+            if self._closed:
+                return self.flushed_offset
+            self._flushes_running += 1
+        try:
+            # Capture the end before the segments: every batch below it is then in one of them.
+            end = self.log_end_offset
+            segments_created = self._segments_created
+            segments = self._segments
+            for segment in segments:
+                is_active = segment is segments[-1]
+                if segment.needs_sync(with_indexes=not is_active):
+                    segment.sync(segment.size, with_indexes=not is_active)
+            if segments_created > self._segments_created_synced:
+                fsync_directory(self.directory)
+            with self._lock:
+                self._segments_created_synced = max(self._segments_created_synced, segments_created)
+                self.flushed_offset = max(self.flushed_offset, end)
+                return self.flushed_offset
+        finally:
+            with self._lock:
+                self._flushes_running -= 1
+                if not self._flushes_running:
+                    for segment in self._close_after_flush:
+                        segment.close()
+                    self._close_after_flush.clear()
+                    self._lock.notify_all()
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest segments that are past retention.ms (by their largest timestamp)
+        or beyond retention.bytes, never the active one. Returns how many were deleted."""
+        retention_ms = self.config.retention_ms
+        retention_bytes = self.config.retention_bytes
+        excess_bytes = self.size_bytes - retention_bytes
+        doomed = 0
+        for segment in self._segments[:-1]:
+            expired = retention_ms >= 0 and now_ms - segment.largest_timestamp > retention_ms
+            too_big = retention_bytes >= 0 and excess_bytes >= segment.size
+            if not (expired or too_big):
+                break
+            excess_bytes -= segment.size
+            doomed += 1
+        if not doomed:
+            return 0
+        deleted, self._segments = self._segments[:doomed], self._segments[doomed:]
+        self.log_start_offset = self._segments[0].base_offset
+        for segment in deleted:
+            segment.delete_files()
+            with self._lock:
+                if self._flushes_running:
+                    self._close_after_flush.append(segment)
+                else:
+                    segment.close()
+        return doomed
+
+    def close(self, flush: bool = True) -> None:
+        """Close the files. With `flush` (a clean shutdown), first fsync everything and
+        snapshot the producer state at the end so the next open replays nothing; without it
+        (the log is about to be deleted), just let go."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._lock.wait_for(lambda: not self._flushes_running)
+        if flush:
+            for segment in self._segments:
+                if segment.needs_sync(with_indexes=True):
+                    segment.sync(segment.size, with_indexes=True)
+            fsync_directory(self.directory)
+            self.flushed_offset = self.log_end_offset
+            self.producer_state.take_snapshot(self.directory, self.log_end_offset)
+        for segment in self._segments:
+            segment.close()
+
+
+def _base_offset(segment: LogSegment) -> int:
+    return segment.base_offset
+
+
+def _discover_segments(directory: Path) -> list[int]:
+    """Base offsets of the segment files; index files left without their log are removed."""
+    paths = list(directory.iterdir())
+    base_offsets = {int(path.stem) for path in paths if path.suffix == LOG_SUFFIX and path.stem.isdigit()}
+    for path in paths:
+        is_index = path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and path.stem.isdigit()
+        if is_index and int(path.stem) not in base_offsets:
+            path.unlink()
+    return sorted(base_offsets)
+
+
+def _recover(segments: list[LogSegment], recovery_point: int, index_interval_bytes: int) -> list[LogSegment]:
+    """Trust the segments wholly below the one containing `recovery_point`; verify the rest
+    batch by batch and cut the log at the first torn or corrupt batch."""
+    base_offsets = [segment.base_offset for segment in segments]
+    containing = max(bisect_right(base_offsets, recovery_point) - 1, 0)
+    for i, segment in enumerate(segments):
+        if i and segment.base_offset != segments[i - 1].next_offset:
+            _log.error(
+                "%s: expected a segment at offset %d; dropping it and the segments after it",
+                segment.log_path,
+                segments[i - 1].next_offset,
+            )
+            return _drop_segments(segments, i)
+        trusted = i < containing
+        verify_from = None if trusted else recovery_point if i == containing else segment.base_offset
+        truncated = segment.recover(verify_from, index_interval_bytes)
+        if trusted:
+            segment.synced_size = segment.size
+        else:
+            # What survived may only be in the page cache (after a process kill): make it
+            # durable so that the whole recovered log counts as flushed.
+            segment.sync(segment.size, with_indexes=False)
+        if truncated:
+            return _drop_segments(segments, i + 1)
+    return segments
+
+
+def _drop_segments(segments: list[LogSegment], keep: int) -> list[LogSegment]:
+    for segment in segments[keep:]:
+        segment.close()
+        segment.delete_files()
+    if segments[keep:]:
+        fsync_directory(segments[0].log_path.parent)
+    return segments[:keep]

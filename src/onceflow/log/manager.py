@@ -1,0 +1,302 @@
+"""The broker's data directory: topics, their partition logs and the recovery checkpoint.
+
+Layout (Kafka's naming):
+    data_dir/.lock                              flock held while a broker owns the directory
+    data_dir/topics.json                        topic name -> id, partition count, configs
+    data_dir/recovery-point-offset-checkpoint   per partition, the offset below which all is fsynced
+    data_dir/<topic>-<partition>/               one PartitionLog each
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from onceflow.log.config import LogConfig
+from onceflow.log.errors import (
+    DataDirLockedError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from onceflow.log.files import write_atomically
+from onceflow.log.log import PartitionLog
+
+_log = logging.getLogger(__name__)
+
+TOPICS_FILE = "topics.json"
+RECOVERY_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+LOCK_FILE = ".lock"
+MAX_TOPIC_NAME_LENGTH = 249
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_PARTITION_DIR = re.compile(r"[a-zA-Z0-9._-]+-\d+")
+# A directory being removed is renamed first, so a crash mid-removal leaves it recognisable.
+_DELETE_SUFFIX = "-delete"
+_STRAY_SUFFIX = "-stray"
+_CHECKPOINT_VERSION = 0
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str]
+
+
+class LogManager:
+    def __init__(self, data_dir: Path, broker_config: LogConfig, now_ms: int) -> None:
+        """Take the directory lock, then open every partition with recovery."""
+        self.data_dir = data_dir
+        self.broker_config = broker_config
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock_data_dir(data_dir)
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._checkpoint_lock = threading.Lock()
+        self._last_checkpoint: dict[tuple[str, int], int] | None = None
+        self._closed = False
+        try:
+            self.topics = _read_topics(data_dir / TOPICS_FILE)
+            self._set_aside_unknown_dirs()
+            recovery_points = _read_checkpoint(data_dir / RECOVERY_CHECKPOINT_FILE)
+            for info in self.topics.values():
+                config = self.topic_config(info.name)
+                for partition in range(info.partitions):
+                    self._logs[info.name, partition] = PartitionLog.open(
+                        self._partition_dir(info.name, partition),
+                        config,
+                        recovery_points.get((info.name, partition), 0),
+                        now_ms,
+                    )
+        except BaseException:
+            for log in self._logs.values():
+                log.close(flush=False)
+            os.close(self._lock_fd)
+            raise
+
+    # -- topics -------------------------------------------------------------------------------
+
+    def validate_new_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> LogConfig:
+        """Raise what `create_topic` would raise; return the topic's effective config."""
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicExistsError(f"topic '{name}' already exists")
+        if partitions < 1:
+            raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
+        return self._overlay(configs)
+
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> TopicInfo:
+        config = self.validate_new_topic(name, partitions, configs)
+        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+        self._open_new_partitions(name, range(partitions), config)
+        self.topics[name] = info
+        self._write_topics()
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        info = self.topics.get(name)
+        if info is None:
+            raise UnknownTopicError(f"unknown topic '{name}'")
+        del self.topics[name]
+        logs = [self._logs.pop((name, partition)) for partition in range(info.partitions)]
+        # topics.json is the commit point: after it, the directories are only leftovers.
+        self._write_topics()
+        for log in logs:
+            log.close(flush=False)
+            _remove_dir(log.directory)
+
+    def validate_new_partition_count(self, name: str, new_total: int) -> TopicInfo:
+        """Raise what `create_partitions` would raise; return the topic as it is now."""
+        info = self.topics.get(name)
+        if info is None:
+            raise UnknownTopicError(f"unknown topic '{name}'")
+        if new_total <= info.partitions:
+            raise InvalidPartitionsError(
+                f"topic '{name}' has {info.partitions} partitions; the count can only grow, "
+                f"so {new_total} is not allowed"
+            )
+        return info
+
+    def create_partitions(self, name: str, new_total: int) -> None:
+        info = self.validate_new_partition_count(name, new_total)
+        self._open_new_partitions(name, range(info.partitions, new_total), self.topic_config(name))
+        self.topics[name] = dataclasses.replace(info, partitions=new_total)
+        self._write_topics()
+
+    def topic_config(self, name: str) -> LogConfig:
+        """Broker defaults overlaid with the topic's own configs."""
+        info = self.topics.get(name)
+        if info is None:
+            raise UnknownTopicError(f"unknown topic '{name}'")
+        return self._overlay(info.configs)
+
+    def _overlay(self, configs: Mapping[str, str]) -> LogConfig:
+        try:
+            return LogConfig.from_kafka(configs, self.broker_config)
+        except ValueError as exc:
+            raise InvalidConfigError(str(exc)) from None
+
+    def _open_new_partitions(self, name: str, partitions: range, config: LogConfig) -> None:
+        for partition in partitions:
+            directory = self._partition_dir(name, partition)
+            if directory.exists():
+                _set_aside(directory)
+            # A new, empty partition has no producers whose expiry depends on the clock.
+            self._logs[name, partition] = PartitionLog.open(directory, config, 0, now_ms=0)
+
+    def _partition_dir(self, name: str, partition: int) -> Path:
+        return self.data_dir / f"{name}-{partition}"
+
+    def _write_topics(self) -> None:
+        content = {
+            info.name: {
+                "topic_id": str(info.topic_id),
+                "partitions": info.partitions,
+                "configs": info.configs,
+            }
+            for info in self.topics.values()
+        }
+        data = json.dumps(content, indent=2, sort_keys=True).encode()
+        write_atomically(self.data_dir / TOPICS_FILE, data)
+
+    def _set_aside_unknown_dirs(self) -> None:
+        """Finish interrupted deletions; keep, but rename, partition directories of topics
+        that topics.json does not know, so that a new topic of that name starts empty."""
+        expected = {
+            f"{info.name}-{partition}"
+            for info in self.topics.values()
+            for partition in range(info.partitions)
+        }
+        for child in self.data_dir.iterdir():
+            if not child.is_dir():
+                continue
+            if child.name.endswith(_DELETE_SUFFIX):
+                shutil.rmtree(child)
+            elif _PARTITION_DIR.fullmatch(child.name) and child.name not in expected:
+                _set_aside(child)
+
+    # -- partitions ---------------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def partitions(self) -> Iterator[tuple[str, int, PartitionLog]]:
+        for (topic, partition), log in list(self._logs.items()):
+            yield topic, partition, log
+
+    def flush_all(self) -> None:
+        """fsync every partition and record the recovery points. Safe to run on a worker
+        thread while appends go on."""
+        for log in list(self._logs.values()):
+            log.flush()
+        self.write_recovery_checkpoint()
+
+    def apply_retention(self, now_ms: int) -> None:
+        for log in list(self._logs.values()):
+            log.apply_retention(now_ms)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for log in self._logs.values():
+            log.close()
+        self.write_recovery_checkpoint()
+        os.close(self._lock_fd)
+
+    def write_recovery_checkpoint(self) -> None:
+        """Record each partition's flushed offset (skipped when nothing changed). Thread-safe."""
+        with self._checkpoint_lock:
+            offsets = {key: log.flushed_offset for key, log in list(self._logs.items())}
+            if offsets == self._last_checkpoint:
+                return
+            lines = [str(_CHECKPOINT_VERSION), str(len(offsets))]
+            lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
+            write_atomically(self.data_dir / RECOVERY_CHECKPOINT_FILE, ("\n".join(lines) + "\n").encode())
+            self._last_checkpoint = offsets
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules: 1 to 249 characters of [a-zA-Z0-9._-], and not "." or ".."."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be '{name}'")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME_LENGTH}"
+        )
+    if not _TOPIC_NAME.fullmatch(name):
+        raise InvalidTopicError(
+            f"topic name '{name}' may only contain ASCII letters, digits, '.', '_' and '-'"
+        )
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    path = data_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirLockedError(
+            f"data directory {data_dir} is already in use by another broker ({path} is locked)"
+        ) from None
+    return fd
+
+
+def _read_topics(path: Path) -> dict[str, TopicInfo]:
+    if not path.exists():
+        return {}
+    content = json.loads(path.read_text())
+    return {
+        name: TopicInfo(name, uuid.UUID(entry["topic_id"]), entry["partitions"], entry["configs"])
+        for name, entry in content.items()
+    }
+
+
+def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """Recovery points by partition; an unreadable file only means more recovery work."""
+    try:
+        lines = path.read_text().splitlines()
+        if int(lines[0]) != _CHECKPOINT_VERSION or int(lines[1]) != len(lines) - 2:
+            raise ValueError("unexpected header")
+        offsets = {}
+        for line in lines[2:]:
+            topic, partition, offset = line.split()
+            offsets[topic, int(partition)] = int(offset)
+        return offsets
+    except FileNotFoundError:
+        return {}
+    except (ValueError, IndexError) as exc:
+        _log.warning("%s is unreadable (%s); recovering every partition fully", path, exc)
+        return {}
+
+
+def _renamed(directory: Path, suffix: str) -> Path:
+    # Bounded length: a 249-character topic name plus suffixes must stay a valid file name.
+    return directory.with_name(f"{directory.name[:200]}.{uuid.uuid4().hex}{suffix}")
+
+
+def _set_aside(directory: Path) -> None:
+    target = _renamed(directory, _STRAY_SUFFIX)
+    _log.warning("%s belongs to no known topic; moved to %s", directory, target.name)
+    directory.rename(target)
+
+
+def _remove_dir(directory: Path) -> None:
+    target = _renamed(directory, _DELETE_SUFFIX)
+    directory.rename(target)
+    shutil.rmtree(target)

@@ -1,0 +1,249 @@
+"""Per-partition idempotent producer state: epochs, sequences and duplicate detection.
+
+The rules are design.md section 3 (Kafka's broker behaviour). State is rebuilt on restart
+from the newest snapshot plus a replay of the batch headers appended after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crc32c import crc32c
+from kio.schema.errors import ErrorCode
+
+from onceflow.log.batch import BatchHeader, next_sequence
+from onceflow.log.errors import ProducerStateError
+from onceflow.log.files import write_atomically
+
+__all__ = [
+    "BatchMetadata",
+    "DuplicateBatch",
+    "ProducerStateEntry",
+    "ProducerStateError",
+    "ProducerStateManager",
+]
+
+_log = logging.getLogger(__name__)
+
+# Clients keep at most 5 requests in flight, so 5 batches are enough to catch any retry.
+RETAINED_BATCHES = 5
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOTS_KEPT = 3
+
+_SNAPSHOT_NAME = re.compile(r"(\d{20})\.snapshot")
+# magic, format version, producer count
+_SNAPSHOT_HEADER = struct.Struct(">4sHI")
+_SNAPSHOT_MAGIC = b"OFPS"
+_SNAPSHOT_VERSION = 1
+# producer id, epoch, last timestamp, batch count
+_SNAPSHOT_PRODUCER = struct.Struct(">qhqB")
+# first sequence, last sequence, first offset, last offset, timestamp
+_SNAPSHOT_BATCH = struct.Struct(">iiqqq")
+_SNAPSHOT_CRC = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int  # the batch's max timestamp
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=RETAINED_BATCHES))
+    last_timestamp: int = -1  # broker time of the last append, for expiry
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    def find_batch(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateBatch:
+    """A retried batch that is already in the log: answer with its original offsets."""
+
+    base_offset: int
+    last_offset: int
+    timestamp: int
+
+
+class ProducerStateManager:
+    def __init__(self) -> None:
+        self._producers: dict[int, ProducerStateEntry] = {}
+
+    def get(self, producer_id: int) -> ProducerStateEntry | None:
+        return self._producers.get(producer_id)
+
+    def entries(self) -> list[ProducerStateEntry]:
+        return list(self._producers.values())
+
+    def check_and_prepare(self, header: BatchHeader) -> DuplicateBatch | None:
+        """Check a batch against the producer's epoch and sequence without changing state.
+
+        Returns the original batch when this one is a duplicate of a retained batch; raises
+        ProducerStateError when the batch must be refused.
+        """
+        if not header.has_producer_id:
+            return None
+        entry = self._producers.get(header.producer_id)
+        if entry is None:
+            # Unknown producer (new, or its state expired): any sequence is accepted.
+            return None
+        epoch = header.producer_epoch
+        if epoch < entry.epoch:
+            raise ProducerStateError(
+                ErrorCode.invalid_producer_epoch,
+                f"producer {header.producer_id} has epoch {epoch}, older than the current "
+                f"epoch {entry.epoch}",
+            )
+        if epoch > entry.epoch:
+            if header.base_sequence != 0:
+                raise ProducerStateError(
+                    ErrorCode.out_of_order_sequence_number,
+                    f"producer {header.producer_id} started epoch {epoch} at sequence "
+                    f"{header.base_sequence}, expected 0",
+                )
+            return None
+        original = entry.find_batch(header.base_sequence, header.last_sequence)
+        if original is not None:
+            return DuplicateBatch(original.first_offset, original.last_offset, original.timestamp)
+        expected = next_sequence(entry.last_seq)
+        if entry.last_seq >= 0 and header.base_sequence != expected:
+            raise ProducerStateError(
+                ErrorCode.out_of_order_sequence_number,
+                f"producer {header.producer_id} epoch {epoch} sent sequence "
+                f"{header.base_sequence}, expected {expected}",
+            )
+        return None
+
+    def update(self, header: BatchHeader, base_offset: int, now_ms: int) -> None:
+        """Record a batch that was just appended (or replayed) at `base_offset`."""
+        if not header.has_producer_id:
+            return
+        entry = self._producers.get(header.producer_id)
+        if entry is None or entry.epoch != header.producer_epoch:
+            # A new epoch starts a new sequence space: older batches can no longer match.
+            entry = ProducerStateEntry(header.producer_id, header.producer_epoch)
+            self._producers[header.producer_id] = entry
+        entry.batches.append(
+            BatchMetadata(
+                header.base_sequence,
+                header.last_sequence,
+                base_offset,
+                base_offset + header.last_offset_delta,
+                header.max_timestamp,
+            )
+        )
+        entry.last_timestamp = now_ms
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for at least `expiration_ms`; returns how many."""
+        expired = [
+            producer_id
+            for producer_id, entry in self._producers.items()
+            if now_ms - entry.last_timestamp >= expiration_ms
+        ]
+        for producer_id in expired:
+            del self._producers[producer_id]
+        return len(expired)
+
+    # -- snapshots ----------------------------------------------------------------------------
+
+    def take_snapshot(self, directory: Path, offset: int) -> None:
+        """Write the state as of `offset` (every batch below it applied), then keep only the
+        newest few snapshots."""
+        parts = [_SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, len(self._producers))]
+        for entry in self._producers.values():
+            parts.append(
+                _SNAPSHOT_PRODUCER.pack(
+                    entry.producer_id, entry.epoch, entry.last_timestamp, len(entry.batches)
+                )
+            )
+            parts.extend(
+                _SNAPSHOT_BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
+                for b in entry.batches
+            )
+        body = b"".join(parts)
+        write_atomically(snapshot_path(directory, offset), body + _SNAPSHOT_CRC.pack(crc32c(body)))
+        for stale in list_snapshots(directory)[:-SNAPSHOTS_KEPT]:
+            stale.unlink(missing_ok=True)
+
+    def load_latest_snapshot(self, directory: Path, max_offset: int) -> int:
+        """Replace the state with the newest readable snapshot at or below `max_offset` and
+        return its offset (0 when there is none). Snapshots above `max_offset` describe data
+        that no longer exists and are deleted, as are unreadable ones."""
+        self._producers = {}
+        for leftover in directory.glob(f"*{SNAPSHOT_SUFFIX}.tmp"):
+            leftover.unlink(missing_ok=True)
+        for path in reversed(list_snapshots(directory)):
+            offset = snapshot_offset(path)
+            if offset > max_offset:
+                path.unlink()
+                continue
+            try:
+                self._producers = _decode_snapshot(path.read_bytes())
+            except ValueError as exc:
+                _log.warning("%s: ignoring unreadable producer snapshot: %s", path, exc)
+                path.unlink()
+                continue
+            return offset
+        return 0
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def snapshot_offset(path: Path) -> int:
+    return int(path.name[: -len(SNAPSHOT_SUFFIX)])
+
+
+def list_snapshots(directory: Path) -> list[Path]:
+    """Snapshot files, oldest first."""
+    return sorted(
+        (path for path in directory.iterdir() if _SNAPSHOT_NAME.fullmatch(path.name)),
+        key=snapshot_offset,
+    )
+
+
+def _decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
+    if len(data) < _SNAPSHOT_HEADER.size + _SNAPSHOT_CRC.size:
+        raise ValueError("file too short")
+    body, (crc,) = data[: -_SNAPSHOT_CRC.size], _SNAPSHOT_CRC.unpack_from(data, len(data) - 4)
+    if crc32c(body) != crc:
+        raise ValueError("CRC mismatch")
+    magic, version, count = _SNAPSHOT_HEADER.unpack_from(body)
+    if magic != _SNAPSHOT_MAGIC or version != _SNAPSHOT_VERSION:
+        raise ValueError(f"unknown format {magic!r} version {version}")
+    producers: dict[int, ProducerStateEntry] = {}
+    pos = _SNAPSHOT_HEADER.size
+    try:
+        for _ in range(count):
+            producer_id, epoch, last_timestamp, batch_count = _SNAPSHOT_PRODUCER.unpack_from(body, pos)
+            pos += _SNAPSHOT_PRODUCER.size
+            entry = ProducerStateEntry(producer_id, epoch, last_timestamp=last_timestamp)
+            for _ in range(batch_count):
+                entry.batches.append(BatchMetadata(*_SNAPSHOT_BATCH.unpack_from(body, pos)))
+                pos += _SNAPSHOT_BATCH.size
+            producers[producer_id] = entry
+    except struct.error:
+        raise ValueError("truncated producer entries") from None
+    if pos != len(body):
+        raise ValueError(f"{len(body) - pos} unexpected trailing bytes")
+    return producers

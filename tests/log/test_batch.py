@@ -1,0 +1,155 @@
+from __future__ import annotations
+
+import datetime
+import io
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kio.records.readers import read_batch
+from kio.records.schema import NewRecordBatch, Record
+from kio.records.writers import write_new_batch
+from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
+
+from onceflow.log.batch import (
+    HEADER_SIZE,
+    CorruptRecordError,
+    parse_batch_header,
+    patch_base_offset,
+    validate_batches,
+)
+from tests.log.batches import TRANSACTIONAL, make_batch
+
+
+@given(
+    count=st.integers(1, 20),
+    producer_id=st.integers(-1, 2**63 - 1),
+    epoch=st.integers(-1, 2**15 - 1),
+    base_sequence=st.integers(-1, 2**31 - 1),
+    timestamp=st.integers(0, 2**50),
+    attributes=st.sampled_from([0, TRANSACTIONAL, 0x20, 0x08]),
+    new_base=st.integers(0, 2**62),
+)
+def test_header_parse_and_offset_patch_round_trip(
+    count: int,
+    producer_id: int,
+    epoch: int,
+    base_sequence: int,
+    timestamp: int,
+    attributes: int,
+    new_base: int,
+) -> None:
+    batch = make_batch(
+        count,
+        producer_id=producer_id,
+        epoch=epoch,
+        base_sequence=base_sequence,
+        timestamp=timestamp,
+        attributes=attributes,
+    )
+    (header,) = validate_batches(batch)
+    assert header.size == len(batch)
+    assert header.last_offset_delta == count - 1
+    assert header.record_count == count
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (
+        producer_id,
+        epoch,
+        base_sequence,
+    )
+    assert header.max_timestamp == timestamp + count - 1
+    assert header.is_transactional == bool(attributes & TRANSACTIONAL)
+    assert header.is_control == bool(attributes & 0x20)
+    assert header.has_producer_id == (producer_id >= 0)
+
+    patch_base_offset(batch, 0, new_base)
+    (patched,) = validate_batches(batch)  # the CRC does not cover the base offset
+    assert patched.base_offset == new_base
+    assert patched.last_offset == new_base + count - 1
+
+
+@given(count=st.integers(1, 5), new_base=st.integers(0, 2**40))
+def test_kio_reads_patched_batches(count: int, new_base: int) -> None:
+    batch = make_batch(count, timestamp=1_700_000_000_000)
+    patch_base_offset(batch, 0, new_base)
+    parsed, size = read_batch(bytes(batch), 0)
+    assert size == len(batch)
+    assert [record.offset for record in parsed.records] == list(range(new_base, new_base + count))
+
+
+def test_parses_batches_written_by_kio() -> None:
+    records = tuple(
+        Record(
+            attributes=i8(0),
+            timestamp=TZAwareMicros.parse(datetime.datetime.fromtimestamp(1000 + i, tz=datetime.UTC)),
+            offset=i64(i),
+            key=None,
+            value=b"v%d" % i,
+            headers=(),
+        )
+        for i in range(3)
+    )
+    buffer = io.BytesIO()
+    write_new_batch(
+        buffer,
+        NewRecordBatch(
+            producer_id=i64(7),
+            producer_epoch=i16(2),
+            base_sequence=i32(40),
+            records=records,
+            attributes=i16(0),
+        ),
+    )
+    (header,) = validate_batches(buffer.getvalue())
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 2, 40)
+    assert header.last_sequence == 42
+    assert header.max_timestamp == 1_002_000
+
+
+def test_several_batches_are_split_in_order() -> None:
+    payload = make_batch(2) + make_batch(1, value_size=100) + make_batch(5)
+    headers = validate_batches(payload)
+    assert [header.record_count for header in headers] == [2, 1, 5]
+    assert sum(header.size for header in headers) == len(payload)
+
+
+@given(data=st.data())
+def test_any_flipped_byte_after_the_crc_field_is_detected(data: st.DataObject) -> None:
+    batch = make_batch(3)
+    position = data.draw(st.integers(21, len(batch) - 1))
+    batch[position] ^= data.draw(st.integers(1, 255))
+    with pytest.raises(CorruptRecordError):
+        validate_batches(batch)
+
+
+@given(data=st.data())
+def test_any_truncation_is_detected(data: st.DataObject) -> None:
+    batch = make_batch(3) + make_batch(2)
+    cut = data.draw(st.integers(1, len(batch) - 1).filter(lambda n: n != len(make_batch(3))))
+    with pytest.raises(CorruptRecordError):
+        validate_batches(batch[:cut])
+
+
+def test_bad_magic_and_length_are_rejected_with_a_readable_message() -> None:
+    batch = make_batch()
+    batch[16] = 1
+    with pytest.raises(CorruptRecordError, match="magic 1"):
+        parse_batch_header(batch)
+    short = make_batch()
+    short[8:12] = (10).to_bytes(4, "big")
+    with pytest.raises(CorruptRecordError, match="too small"):
+        parse_batch_header(short)
+    with pytest.raises(CorruptRecordError, match="truncated"):
+        parse_batch_header(make_batch()[: HEADER_SIZE - 1])
+
+
+def test_empty_payload_holds_no_batches() -> None:
+    assert validate_batches(b"") == []
+
+
+@pytest.mark.parametrize(
+    ("base_sequence", "count", "last_sequence"),
+    [(0, 1, 0), (5, 3, 7), (2**31 - 1, 1, 2**31 - 1), (2**31 - 1, 2, 0), (2**31 - 2, 5, 2), (-1, 4, -1)],
+)
+def test_last_sequence_wraps_past_int32_max(base_sequence: int, count: int, last_sequence: int) -> None:
+    (header,) = validate_batches(make_batch(count, producer_id=1, epoch=0, base_sequence=base_sequence))
+    assert header.last_sequence == last_sequence
