@@ -1,0 +1,107 @@
+"""Fetch (1): read whole stored batches, long-polling for min_bytes.
+
+Fetch sessions (KIP-227) are declined: every answer carries session id 0, so
+clients keep sending full fetch requests, which Kafka allows.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request
+from onceflow.log.errors import LogError
+
+API_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 12
+
+
+def handle(request: Request) -> Any:
+    body = request.body
+    if body.session_id != 0 and body.session_epoch != -1:
+        return request.respond(
+            throttle_time=0, error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=[]
+        )
+    responses, size = _read(request)
+    max_wait_ms = body.max_wait.total_seconds() * 1000
+    if size >= body.min_bytes or max_wait_ms <= 0:
+        return _respond(request, responses)
+    return _long_poll(request, time.monotonic() + max_wait_ms / 1000)
+
+
+async def _long_poll(request: Request, deadline: float) -> Any:
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        await request.broker.wait_for_append(remaining)
+        responses, size = _read(request)
+        if size >= request.body.min_bytes:
+            return _respond(request, responses)
+    return _respond(request, _read(request)[0])
+
+
+def _respond(request: Request, responses: list[dict[str, Any]]) -> Any:
+    return request.respond(throttle_time=0, error_code=ErrorCode.none, session_id=0, responses=responses)
+
+
+def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
+    body = request.body
+    logs = request.broker.logs
+    budget = body.max_bytes
+    total = 0
+    responses = []
+    for topic in body.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            log = logs.get(topic.topic, wanted.partition)
+            if log is None:
+                partitions.append(_partition_error(wanted.partition, ErrorCode.unknown_topic_or_partition))
+                continue
+            limit = min(wanted.partition_max_bytes, budget)
+            try:
+                # KIP-74: the first non-empty partition may exceed the limits by one batch.
+                records = log.read(wanted.fetch_offset, limit)
+            except LogError as error:
+                partitions.append(
+                    _partition_error(
+                        wanted.partition, error.error_code, log.log_end_offset, log.log_start_offset
+                    )
+                )
+                continue
+            if total and len(records) > limit:
+                records = b""
+            total += len(records)
+            budget = max(0, budget - len(records))
+            partitions.append(
+                {
+                    "partition_index": wanted.partition,
+                    "error_code": ErrorCode.none,
+                    "high_watermark": log.log_end_offset,
+                    "last_stable_offset": log.log_end_offset,
+                    "log_start_offset": log.log_start_offset,
+                    "aborted_transactions": None,
+                    "preferred_read_replica": -1,
+                    "records": records,
+                }
+            )
+        responses.append({"topic": topic.topic, "partitions": partitions})
+    return responses, total
+
+
+def _partition_error(
+    partition: int, code: ErrorCode, high_watermark: int = -1, log_start_offset: int = -1
+) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "error_code": code,
+        "high_watermark": high_watermark,
+        "last_stable_offset": high_watermark,
+        "log_start_offset": log_start_offset,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": None,
+    }

@@ -1,0 +1,103 @@
+"""Produce (0): validate batches, append them, and answer per acks.
+
+Batches are stored as received: only the base offset is patched in place.
+acks=-1 answers after fsync (shared with concurrent requests), acks=1 after
+the append, acks=0 not at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request
+from onceflow.broker.core import now_ms
+from onceflow.log.batch import CorruptRecordError, validate_batches
+from onceflow.log.errors import LogError
+from onceflow.log.log import PartitionLog
+from onceflow.log.producer_state import ProducerStateError
+
+API_KEY = 0
+MIN_VERSION = 3
+MAX_VERSION = 9
+
+_VALID_ACKS = (-1, 0, 1)
+
+
+def handle(request: Request) -> Any:
+    body = request.body
+    acks = body.acks
+    appended: list[PartitionLog] = []
+    responses = []
+    for topic in body.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            result = _produce_partition(request, acks, topic.name, data.index, data.records, appended)
+            partitions.append({"index": data.index, **result})
+        responses.append({"name": topic.name, "partition_responses": partitions})
+    if appended:
+        request.broker.appended(appended)
+    if acks == 0:
+        return None
+    response = request.respond(responses=responses, throttle_time=0)
+    if acks == -1 and appended:
+        return _after_fsync(request, appended, response)
+    return response
+
+
+async def _after_fsync(request: Request, appended: list[PartitionLog], response: Any) -> Any:
+    await request.broker.wait_durable(appended)
+    return response
+
+
+def _produce_partition(
+    request: Request,
+    acks: int,
+    topic: str,
+    partition: int,
+    records: bytes | None,
+    appended: list[PartitionLog],
+) -> dict[str, Any]:
+    broker = request.broker
+    if acks not in _VALID_ACKS:
+        return _error(ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
+    log = broker.logs.get(topic, partition)
+    if log is None:
+        return _error(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
+    if acks == -1 and _min_insync_replicas(request, topic) > 1:
+        return _error(
+            ErrorCode.not_enough_replicas,
+            "this broker is the only replica, so min.insync.replicas > 1 cannot be met",
+        )
+    if not records:
+        return _error(ErrorCode.corrupt_message, "the partition data holds no record batch")
+    try:
+        headers = validate_batches(records)
+    except CorruptRecordError as error:
+        return _error(ErrorCode.corrupt_message, str(error))
+    if len(headers) != 1:
+        return _error(
+            ErrorCode.invalid_record, "a v2 produce request carries exactly one batch per partition"
+        )
+    try:
+        result = log.append(bytearray(records), headers, now_ms())
+    except (LogError, ProducerStateError) as error:
+        return _error(error.error_code, str(error))
+    # A duplicate is answered only once its original is durable, too.
+    appended.append(log)
+    return {
+        "error_code": ErrorCode.none,
+        "base_offset": result.base_offset,
+        "log_start_offset": log.log_start_offset,
+        "record_errors": [],
+    }
+
+
+def _min_insync_replicas(request: Request, topic: str) -> int:
+    configs = request.broker.logs.topics[topic].configs
+    return int(configs.get("min.insync.replicas", request.broker.config.get("min.insync.replicas")))
+
+
+def _error(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"error_code": code, "base_offset": -1, "record_errors": [], "error_message": message}

@@ -1,0 +1,1 @@
+"""Broker runtime: configuration, logs, producer ids, durability and wake-ups."""

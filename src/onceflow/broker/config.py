@@ -1,0 +1,110 @@
+"""Broker configuration, with Kafka's key names and defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onceflow.log.config import LogConfig
+
+# Keys this broker understands besides the log keys LogConfig reads.
+DEFAULTS: dict[str, str] = {
+    "num.partitions": "1",
+    "auto.create.topics.enable": "true",
+    "min.insync.replicas": "1",
+    "socket.request.max.bytes": str(100 * 1024 * 1024),
+    "log.retention.check.interval.ms": "300000",
+    "producer.id.expiration.check.interval.ms": "600000",
+    "transaction.max.timeout.ms": "900000",
+    "transactional.id.expiration.ms": "604800000",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "1",
+    "cluster.id": "onceflow-cluster",
+    "node.id": "0",
+    "advertised.listeners": "",
+}
+_BOOLEANS = {"true": True, "false": False}
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that the broker cannot use."""
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-style `key=value` lines; `#` and `!` start comments."""
+    props: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            key, sep, value = line.partition(":")
+        if not sep:
+            raise ConfigError(f"line {number}: expected key=value, got {raw!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def parse_assignments(pairs: Iterable[str]) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"expected key=value, got {pair!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    props: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Fail at start-up, not on first use.
+        for key in DEFAULTS:
+            if key not in ("cluster.id", "advertised.listeners"):
+                value = self.get(key)
+                if value not in _BOOLEANS and not value.lstrip("-").isdigit():
+                    raise ConfigError(f"{key}: {value!r} is not a number or boolean")
+        try:
+            LogConfig.from_kafka(self.props)
+        except ValueError as error:
+            raise ConfigError(str(error)) from error
+
+    @classmethod
+    def load(cls, file: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        props: dict[str, str] = {}
+        if file is not None:
+            try:
+                props.update(parse_properties(file.read_text()))
+            except OSError as error:
+                raise ConfigError(f"cannot read config file {file}: {error.strerror}") from error
+        props.update(overrides or {})
+        return cls(props)
+
+    def get(self, key: str) -> str:
+        return self.props.get(key, DEFAULTS.get(key, ""))
+
+    def get_int(self, key: str) -> int:
+        return int(self.get(key))
+
+    def get_bool(self, key: str) -> bool:
+        return _BOOLEANS[self.get(key).lower()]
+
+    def advertised_endpoint(self) -> tuple[str, int] | None:
+        """Host and port from `advertised.listeners=PLAINTEXT://host:port`, if set."""
+        value = self.get("advertised.listeners")
+        if not value:
+            return None
+        _, _, address = value.split(",")[0].rpartition("://")
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ConfigError(f"advertised.listeners: cannot read host:port from {value!r}")
+        return host, int(port)
+
+    @property
+    def log_config(self) -> LogConfig:
+        return LogConfig.from_kafka(self.props)

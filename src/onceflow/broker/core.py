@@ -1,0 +1,161 @@
+"""The broker's shared state and its background work.
+
+API handlers call into `Broker`; they never touch files or sockets directly.
+Durability (group commit), write-behind flushing, retention, producer expiry
+and fetch wake-ups live here, on the event loop that the server runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from onceflow.broker.config import BrokerConfig
+from onceflow.broker.producer_ids import ProducerIdAllocator
+from onceflow.log.log import PartitionLog
+from onceflow.log.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    node_id: int
+    host: str
+    port: int
+
+
+class Broker:
+    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.logs = LogManager(data_dir, config.log_config, now_ms())
+        self.producer_ids = ProducerIdAllocator(data_dir)
+        self.node_id = config.get_int("node.id")
+        self.cluster_id = config.get("cluster.id")
+        self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
+        self._append_waiters: set[asyncio.Future[None]] = set()
+        self._durability_waiters: list[tuple[list[tuple[PartitionLog, int]], asyncio.Future[None]]] = []
+        self._dirty: set[PartitionLog] = set()
+        self._flush_requested = asyncio.Event()
+        # One thread: fsyncs are serialised, and everything that queues up
+        # behind a running fsync shares the next one (group commit).
+        self._fsync_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-fsync")
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle -------------------------------------------------------------
+    def start(self, host: str, port: int) -> None:
+        advertised = self.config.advertised_endpoint()
+        if advertised is None:
+            advertised = ("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port)
+        self.endpoint = Endpoint(self.node_id, *advertised)
+        self._tasks = [
+            asyncio.create_task(self._flusher(), name="flusher"),
+            asyncio.create_task(self._write_behind(), name="write-behind"),
+            asyncio.create_task(self._housekeeping(), name="housekeeping"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for waiter in self._append_waiters:
+            waiter.cancel()
+        await asyncio.get_running_loop().run_in_executor(self._fsync_thread, self.logs.close)
+        self._fsync_thread.shutdown(wait=True)
+
+    # -- appends and durability ------------------------------------------------
+    def appended(self, logs: Iterable[PartitionLog]) -> None:
+        """Record new data: it becomes dirty and long-polling fetches wake up."""
+        self._dirty.update(logs)
+        for waiter in self._append_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._append_waiters.clear()
+
+    async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
+        """Return once everything appended so far to `logs` is fsynced."""
+        targets = [(partition, partition.log_end_offset) for partition in logs]
+        if all(partition.flushed_offset >= end for partition, end in targets):
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._durability_waiters.append((targets, waiter))
+        self._flush_requested.set()
+        await waiter
+
+    async def wait_for_append(self, timeout_s: float) -> None:
+        """Sleep until any partition gets new data or the timeout passes."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._append_waiters.add(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            self._append_waiters.discard(waiter)
+
+    async def _flusher(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._flush_requested.wait()
+            self._flush_requested.clear()
+            dirty, self._dirty = self._dirty, set()
+            try:
+                await loop.run_in_executor(self._fsync_thread, _flush_each, dirty)
+            except OSError:
+                log.exception("fsync failed; acks=all producers will time out and retry")
+                self._dirty |= dirty
+                await asyncio.sleep(0.1)
+                continue
+            still_waiting = []
+            for targets, waiter in self._durability_waiters:
+                if all(partition.flushed_offset >= end for partition, end in targets):
+                    if not waiter.done():
+                        waiter.set_result(None)
+                else:
+                    still_waiting.append((targets, waiter))
+            self._durability_waiters = still_waiting
+            if still_waiting:
+                self._flush_requested.set()
+
+    async def _write_behind(self) -> None:
+        """acks=0/1 data is flushed every log.flush.interval.ms, as Kafka does."""
+        interval_s = max(self.config.log_config.flush_interval_ms, 10) / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval_s)
+            if self._dirty:
+                self._flush_requested.set()
+            await loop.run_in_executor(self._fsync_thread, self.logs.write_recovery_checkpoint)
+
+    async def _housekeeping(self) -> None:
+        retention_interval_s = self.config.get_int("log.retention.check.interval.ms") / 1000
+        expiry_interval_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
+        next_retention = time.monotonic() + retention_interval_s
+        next_expiry = time.monotonic() + expiry_interval_s
+        while True:
+            await asyncio.sleep(max(0.05, min(next_retention, next_expiry) - time.monotonic()))
+            if time.monotonic() >= next_retention:
+                self.logs.apply_retention(now_ms())
+                next_retention = time.monotonic() + retention_interval_s
+            if time.monotonic() >= next_expiry:
+                for _, _, partition in self.logs.partitions():
+                    partition.producer_state.remove_expired(
+                        now_ms(), partition.config.producer_id_expiration_ms
+                    )
+                next_expiry = time.monotonic() + expiry_interval_s
+
+
+def _flush_each(logs: Iterable[PartitionLog]) -> None:
+    for partition in logs:
+        partition.flush()

@@ -1,0 +1,79 @@
+"""The `onceflow` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from onceflow.broker.config import BrokerConfig, ConfigError, parse_assignments
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="onceflow", description="Exactly-once streaming in Python.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    broker = commands.add_parser("broker", help="run a Kafka-protocol broker in the foreground")
+    broker.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT (port 0 picks a free one)")
+    broker.add_argument("--data-dir", required=True, type=Path)
+    broker.add_argument("--config", type=Path, help="a Kafka-style .properties file")
+    broker.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key"
+    )
+    broker.add_argument("--log-level", default="WARNING")
+
+    demo = commands.add_parser("demo", help="the main job: an idempotent round trip on an embedded broker")
+    demo.add_argument("--messages", type=int, default=10_000)
+
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "broker":
+            return _run_broker(args)
+        if args.command == "demo":
+            from onceflow.demo import run_demo
+
+            return run_demo(args.messages)
+    except ConfigError as error:
+        print(f"onceflow: configuration error: {error}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+def _run_broker(args: argparse.Namespace) -> int:
+    from onceflow.broker.core import Broker
+    from onceflow.log.errors import LogError
+    from onceflow.server import BrokerServer
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    host, sep, port_text = args.listen.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ConfigError(f"--listen wants HOST:PORT, got {args.listen!r}")
+    config = BrokerConfig.load(args.config, parse_assignments(args.set))
+
+    async def serve() -> None:
+        try:
+            server = BrokerServer(Broker(args.data_dir, config), host or "127.0.0.1", int(port_text))
+            await server.start()
+        except (LogError, OSError) as error:
+            raise ConfigError(f"cannot start the broker: {error}") from error
+        bound_host, bound_port = server.address
+        print(f"onceflow broker listening on {bound_host}:{bound_port}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        await server.stop()
+
+    asyncio.run(serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

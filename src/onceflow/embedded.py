@@ -1,0 +1,97 @@
+"""EmbeddedBroker: the broker on a background thread, for tests, tools and Spark jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+from pathlib import Path
+from types import TracebackType
+
+from onceflow.broker.config import BrokerConfig
+from onceflow.broker.core import Broker
+from onceflow.server import BrokerServer
+
+
+class EmbeddedBroker:
+    """A context manager running a broker on 127.0.0.1.
+
+    >>> with EmbeddedBroker() as broker:
+    ...     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        port: int = 0,
+        config: Mapping[str, str] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self._owns_dir = data_dir is None
+        self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="onceflow-"))
+        self._config = BrokerConfig(dict(config or {}))
+        self._host = host
+        self._port = port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: BrokerServer | None = None
+        self._stopped: asyncio.Event | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        assert self._server is not None, "the broker is not running"
+        host, port = self._server.address
+        return f"{host}:{port}"
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "the broker is not running"
+        return self._server.address[1]
+
+    def start(self) -> EmbeddedBroker:
+        started: Future[None] = Future()
+        self._thread = threading.Thread(
+            target=self._run, args=(started,), name="onceflow-broker", daemon=True
+        )
+        self._thread.start()
+        started.result(timeout=60)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._stopped is None or self._thread is None:
+            return
+        self._loop.call_soon_threadsafe(self._stopped.set)
+        self._thread.join(timeout=60)
+        self._loop = None
+        if self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _run(self, started: Future[None]) -> None:
+        asyncio.run(self._main(started))
+
+    async def _main(self, started: Future[None]) -> None:
+        try:
+            self._loop = asyncio.get_running_loop()
+            self._stopped = asyncio.Event()
+            self._server = BrokerServer(Broker(self.data_dir, self._config), self._host, self._port)
+            await self._server.start()
+        except BaseException as error:
+            started.set_exception(error)
+            return
+        started.set_result(None)
+        await self._stopped.wait()
+        await self._server.stop()
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

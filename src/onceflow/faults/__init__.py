@@ -1,0 +1,1 @@
+"""Real faults for tests and the lab: a loopback TCP proxy that loses acks."""

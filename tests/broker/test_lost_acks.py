@@ -1,0 +1,94 @@
+"""An idempotent producer behind a proxy that destroys responses: no loss, no duplicates, order kept."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from onceflow import EmbeddedBroker
+from onceflow.faults.proxy import FaultPlan, FaultProxy
+
+MESSAGES = 3000
+PARTITIONS = 3
+
+
+def _produce_through(proxy_address: str, idempotent: bool) -> tuple[list[str], list[str]]:
+    producer = Producer({
+        "bootstrap.servers": proxy_address,
+        "enable.idempotence": idempotent,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.num.messages": 50,
+        "message.timeout.ms": 60_000,
+        "socket.timeout.ms": 2_000,
+        "reconnect.backoff.ms": 10,
+        "reconnect.backoff.max.ms": 100,
+        "retry.backoff.ms": 10,
+    })
+    acked: list[str] = []
+    failed: list[str] = []
+
+    def on_delivery(error: KafkaError | None, message: object) -> None:
+        (failed if error is not None else acked).append(message.value().decode())  # type: ignore[attr-defined]
+
+    for number in range(MESSAGES):
+        producer.produce("lossy", key=str(number % 13), value=f"v-{number}", on_delivery=on_delivery)
+        if number % 100 == 0:
+            producer.poll(0.01)
+    assert producer.flush(90) == 0
+    return acked, failed
+
+
+def _read_back(bootstrap: str) -> dict[int, list[str]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.partition.eof": True})
+    consumer.assign([TopicPartition("lossy", partition, 0) for partition in range(PARTITIONS)])
+    values: dict[int, list[str]] = defaultdict(list)
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 30
+    while len(at_end) < PARTITIONS and time.monotonic() < deadline:
+        for message in consumer.consume(1000, timeout=0.5):
+            if message.error() is not None:
+                at_end.add(message.partition())
+            else:
+                values[message.partition()].append(message.value().decode())
+    consumer.close()
+    return values
+
+
+def _run(tmp_path: Path, idempotent: bool) -> tuple[list[str], list[str], dict[int, list[str]], int]:
+    plan = FaultPlan(drop_response_probability=0.08, max_faults=40, seed=7)
+    with FaultProxy(plan) as proxy:
+        config = {"advertised.listeners": f"PLAINTEXT://{proxy.address}"}
+        with EmbeddedBroker(tmp_path / "data", config=config) as broker:
+            proxy.upstream = ("127.0.0.1", broker.port)
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+            admin.create_topics([NewTopic("lossy", PARTITIONS, 1)])["lossy"].result(timeout=30)
+            acked, failed = _produce_through(proxy.address, idempotent)
+            stored = _read_back(broker.bootstrap_servers)
+            return acked, failed, stored, proxy.responses_dropped
+
+
+def test_idempotent_producer_survives_lost_acks(tmp_path: Path) -> None:
+    acked, failed, stored, dropped = _run(tmp_path, idempotent=True)
+    assert dropped >= 5, "the proxy destroyed too few responses to prove anything"
+    assert not failed
+    values = [value for partition in stored.values() for value in partition]
+    assert len(values) == len(set(values)) == MESSAGES, "lost or duplicated values"
+    for partition in stored.values():
+        per_key: dict[int, list[int]] = defaultdict(list)
+        for value in partition:
+            number = int(value.split("-")[1])
+            per_key[number % 13].append(number)
+        assert all(numbers == sorted(numbers) for numbers in per_key.values())
+
+
+def test_without_idempotence_lost_acks_duplicate(tmp_path: Path) -> None:
+    """The same faults without idempotence store retried batches twice: the test above can fail."""
+    acked, failed, stored, dropped = _run(tmp_path, idempotent=False)
+    values = [value for partition in stored.values() for value in partition]
+    assert dropped >= 5
+    assert len(values) > len(set(values))

@@ -1,0 +1,92 @@
+"""Shared fixtures: brokers on 127.0.0.1, in-process or as a real process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from onceflow import EmbeddedBroker
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(tmp_path / "data") as running:
+        yield running
+
+
+class BrokerProcess:
+    """`onceflow broker` in its own process, so that tests can SIGKILL it."""
+
+    def __init__(self, data_dir: Path, port: int = 0, settings: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.settings = settings or {}
+        self.process: subprocess.Popen[str] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        command = [
+            sys.executable,
+            "-m",
+            "onceflow.cli",
+            "broker",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        for key, value in self.settings.items():
+            command += ["--set", f"{key}={value}"]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if "listening on" not in line:
+            self.process.kill()
+            raise RuntimeError(f"broker did not start: {line!r}")
+        self.port = int(line.rsplit(":", 1)[1])
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def terminate(self) -> None:
+        assert self.process is not None
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+    def restart(self) -> BrokerProcess:
+        self.kill()
+        return self.start()
+
+
+@pytest.fixture
+def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path / "data").start()
+    yield process
+    if process.process is not None and process.process.poll() is None:
+        process.process.kill()
+        process.process.wait(timeout=30)
+
+
+def wait_until(condition, timeout_s: float = 30.0, interval_s: float = 0.05) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        time.sleep(interval_s)
+
+
+os.environ.setdefault("PYTHONUNBUFFERED", "1")
