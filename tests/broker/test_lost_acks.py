@@ -17,18 +17,20 @@ PARTITIONS = 3
 
 
 def _produce_through(proxy_address: str, idempotent: bool) -> tuple[list[str], list[str]]:
-    producer = Producer({
-        "bootstrap.servers": proxy_address,
-        "enable.idempotence": idempotent,
-        "acks": "all",
-        "linger.ms": 5,
-        "batch.num.messages": 50,
-        "message.timeout.ms": 60_000,
-        "socket.timeout.ms": 2_000,
-        "reconnect.backoff.ms": 10,
-        "reconnect.backoff.max.ms": 100,
-        "retry.backoff.ms": 10,
-    })
+    producer = Producer(
+        {
+            "bootstrap.servers": proxy_address,
+            "enable.idempotence": idempotent,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.num.messages": 50,
+            "message.timeout.ms": 60_000,
+            "socket.timeout.ms": 2_000,
+            "reconnect.backoff.ms": 10,
+            "reconnect.backoff.max.ms": 100,
+            "retry.backoff.ms": 10,
+        }
+    )
     acked: list[str] = []
     failed: list[str] = []
 
@@ -73,7 +75,7 @@ def _run(tmp_path: Path, idempotent: bool) -> tuple[list[str], list[str], dict[i
 
 
 def test_idempotent_producer_survives_lost_acks(tmp_path: Path) -> None:
-    acked, failed, stored, dropped = _run(tmp_path, idempotent=True)
+    _acked, failed, stored, dropped = _run(tmp_path, idempotent=True)
     assert dropped >= 5, "the proxy destroyed too few responses to prove anything"
     assert not failed
     values = [value for partition in stored.values() for value in partition]
@@ -88,7 +90,7 @@ def test_idempotent_producer_survives_lost_acks(tmp_path: Path) -> None:
 
 def test_without_idempotence_lost_acks_duplicate(tmp_path: Path) -> None:
     """The same faults without idempotence store retried batches twice: the test above can fail."""
-    acked, failed, stored, dropped = _run(tmp_path, idempotent=False)
+    _acked, _failed, stored, dropped = _run(tmp_path, idempotent=False)
     values = [value for partition in stored.values() for value in partition]
     assert dropped >= 5
     assert len(values) > len(set(values))

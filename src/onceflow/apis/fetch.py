@@ -12,6 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
+from onceflow.broker.core import high_watermark
 from onceflow.log.errors import LogError
 
 API_KEY = 1
@@ -37,7 +38,7 @@ async def _long_poll(request: Request, deadline: float) -> Any:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        await request.broker.wait_for_append(remaining)
+        await request.broker.wait_for_data(remaining)
         responses, size = _read(request)
         if size >= request.body.min_bytes:
             return _respond(request, responses)
@@ -64,11 +65,11 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
             limit = min(wanted.partition_max_bytes, budget)
             try:
                 # KIP-74: the first non-empty partition may exceed the limits by one batch.
-                records = log.read(wanted.fetch_offset, limit)
+                records = log.read(wanted.fetch_offset, limit, high_watermark(log))
             except LogError as error:
                 partitions.append(
                     _partition_error(
-                        wanted.partition, error.error_code, log.log_end_offset, log.log_start_offset
+                        wanted.partition, error.error_code, high_watermark(log), log.log_start_offset
                     )
                 )
                 continue
@@ -80,8 +81,8 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
                 {
                     "partition_index": wanted.partition,
                     "error_code": ErrorCode.none,
-                    "high_watermark": log.log_end_offset,
-                    "last_stable_offset": log.log_end_offset,
+                    "high_watermark": high_watermark(log),
+                    "last_stable_offset": high_watermark(log),
                     "log_start_offset": log.log_start_offset,
                     "aborted_transactions": None,
                     "preferred_read_replica": -1,

@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
+from onceflow.broker.core import high_watermark
 from onceflow.log.log import PartitionLog
 
 API_KEY = 2
@@ -49,7 +50,7 @@ def handle(request: Request) -> Any:
 
 def _lookup(log: PartitionLog, timestamp: int) -> tuple[int, int]:
     if timestamp == LATEST:
-        return -1, log.log_end_offset
+        return -1, high_watermark(log)
     if timestamp == EARLIEST:
         return -1, log.log_start_offset
     found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)

@@ -3,6 +3,10 @@
 API handlers call into `Broker`; they never touch files or sockets directly.
 Durability (group commit), write-behind flushing, retention, producer expiry
 and fetch wake-ups live here, on the event loop that the server runs.
+
+With one replica, "replicated" means "fsynced": the high watermark of a
+partition is its flushed offset, so a consumer never reads a record that a
+crash could take back (as Kafka's consumers never read past the ISR's copy).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ class Broker:
         self.node_id = config.get_int("node.id")
         self.cluster_id = config.get("cluster.id")
         self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
-        self._append_waiters: set[asyncio.Future[None]] = set()
+        self._fetch_waiters: set[asyncio.Future[None]] = set()
         self._durability_waiters: list[tuple[list[tuple[PartitionLog, int]], asyncio.Future[None]]] = []
         self._dirty: set[PartitionLog] = set()
         self._flush_requested = asyncio.Event()
@@ -69,19 +73,17 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for waiter in self._append_waiters:
+        for waiter in self._fetch_waiters:
             waiter.cancel()
         await asyncio.get_running_loop().run_in_executor(self._fsync_thread, self.logs.close)
         self._fsync_thread.shutdown(wait=True)
 
     # -- appends and durability ------------------------------------------------
     def appended(self, logs: Iterable[PartitionLog]) -> None:
-        """Record new data: it becomes dirty and long-polling fetches wake up."""
+        """Record new data. It becomes visible to fetches once fsynced; a waiting fetch asks for that now."""
         self._dirty.update(logs)
-        for waiter in self._append_waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._append_waiters.clear()
+        if self._fetch_waiters:
+            self._flush_requested.set()
 
     async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
         """Return once everything appended so far to `logs` is fsynced."""
@@ -93,16 +95,18 @@ class Broker:
         self._flush_requested.set()
         await waiter
 
-    async def wait_for_append(self, timeout_s: float) -> None:
-        """Sleep until any partition gets new data or the timeout passes."""
+    async def wait_for_data(self, timeout_s: float) -> None:
+        """Sleep until the high watermark of any partition moves or the timeout passes."""
         waiter = asyncio.get_running_loop().create_future()
-        self._append_waiters.add(waiter)
+        self._fetch_waiters.add(waiter)
+        if self._dirty:
+            self._flush_requested.set()
         try:
             await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError:
             pass
         finally:
-            self._append_waiters.discard(waiter)
+            self._fetch_waiters.discard(waiter)
 
     async def _flusher(self) -> None:
         loop = asyncio.get_running_loop()
@@ -117,6 +121,7 @@ class Broker:
                 self._dirty |= dirty
                 await asyncio.sleep(0.1)
                 continue
+            self._wake_fetches()
             still_waiting = []
             for targets, waiter in self._durability_waiters:
                 if all(partition.flushed_offset >= end for partition, end in targets):
@@ -128,8 +133,14 @@ class Broker:
             if still_waiting:
                 self._flush_requested.set()
 
+    def _wake_fetches(self) -> None:
+        for waiter in self._fetch_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._fetch_waiters.clear()
+
     async def _write_behind(self) -> None:
-        """acks=0/1 data is flushed every log.flush.interval.ms, as Kafka does."""
+        """acks=0/1 data nobody waits for is flushed every log.flush.interval.ms."""
         interval_s = max(self.config.log_config.flush_interval_ms, 10) / 1000
         loop = asyncio.get_running_loop()
         while True:
@@ -154,6 +165,10 @@ class Broker:
                         now_ms(), partition.config.producer_id_expiration_ms
                     )
                 next_expiry = time.monotonic() + expiry_interval_s
+
+
+def high_watermark(log: PartitionLog) -> int:
+    return log.flushed_offset
 
 
 def _flush_each(logs: Iterable[PartitionLog]) -> None:
