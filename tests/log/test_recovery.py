@@ -281,3 +281,26 @@ def test_idle_producers_expire_when_the_log_is_opened(tmp_path: Path) -> None:
         )
         is None
     )
+
+
+def test_a_periodic_snapshot_bounds_the_replay_after_a_crash(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    log = open_log(tmp_path)
+    _produce_sequences(log, range(4))
+    writer = log.producer_snapshot_writer()
+    assert writer is not None and log.producer_snapshot_writer() is None  # nothing new since
+    writer()
+    _produce_sequences(log, range(4, 6))
+    log.close(flush=False)
+
+    replayed: list[int] = []
+    original = PartitionLog._headers_from
+
+    def counting(self: PartitionLog, offset: int):  # type: ignore[no-untyped-def]
+        replayed.append(offset)
+        return original(self, offset)
+
+    monkeypatch.setattr(PartitionLog, "_headers_from", counting)
+    reopened = open_log(tmp_path)
+    assert replayed == [4]  # the replay starts at the snapshot, not at offset 0
+    assert append(reopened, idempotent(7, 0, 5)).duplicate
+    assert append(reopened, idempotent(7, 0, 6)).base_offset == 6

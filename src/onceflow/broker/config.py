@@ -16,6 +16,9 @@ DEFAULTS: dict[str, str] = {
     "socket.request.max.bytes": str(100 * 1024 * 1024),
     "log.retention.check.interval.ms": "300000",
     "producer.id.expiration.check.interval.ms": "600000",
+    # Not a Kafka key: how often producer state is snapshotted besides at segment rolls,
+    # which bounds the log replay after a crash.
+    "producer.snapshot.interval.ms": "60000",
     "transaction.max.timeout.ms": "900000",
     "transactional.id.expiration.ms": "604800000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +124,8 @@ class Broker:
             self._wake_fetches()
             still_waiting = []
             for targets, waiter in self._durability_waiters:
-                if all(partition.flushed_offset >= end for partition, end in targets):
+                # A log deleted meanwhile will never flush further; its data is gone anyway.
+                if all(partition.flushed_offset >= end or partition.closed for partition, end in targets):
                     if not waiter.done():
                         waiter.set_result(None)
                 else:
@@ -150,12 +151,19 @@ class Broker:
             await loop.run_in_executor(self._fsync_thread, self.logs.write_recovery_checkpoint)
 
     async def _housekeeping(self) -> None:
+        loop = asyncio.get_running_loop()
+        snapshot_interval_s = self.config.get_int("producer.snapshot.interval.ms") / 1000
+        next_snapshot = time.monotonic() + snapshot_interval_s
         retention_interval_s = self.config.get_int("log.retention.check.interval.ms") / 1000
         expiry_interval_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
         next_retention = time.monotonic() + retention_interval_s
         next_expiry = time.monotonic() + expiry_interval_s
         while True:
-            await asyncio.sleep(max(0.05, min(next_retention, next_expiry) - time.monotonic()))
+            await asyncio.sleep(max(0.05, min(next_retention, next_expiry, next_snapshot) - time.monotonic()))
+            if time.monotonic() >= next_snapshot:
+                writers = [partition.producer_snapshot_writer() for _, _, partition in self.logs.partitions()]
+                await loop.run_in_executor(self._fsync_thread, _run_each, [w for w in writers if w])
+                next_snapshot = time.monotonic() + snapshot_interval_s
             if time.monotonic() >= next_retention:
                 self.logs.apply_retention(now_ms())
                 next_retention = time.monotonic() + retention_interval_s
@@ -169,6 +177,11 @@ class Broker:
 
 def high_watermark(log: PartitionLog) -> int:
     return log.flushed_offset
+
+
+def _run_each(calls: list[Callable[[], None]]) -> None:
+    for call in calls:
+        call()
 
 
 def _flush_each(logs: Iterable[PartitionLog]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +20,7 @@ from onceflow.log.batch import BatchHeader, patch_base_offset
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogReadError
 from onceflow.log.files import fsync_directory
-from onceflow.log.producer_state import ProducerStateManager
+from onceflow.log.producer_state import ProducerStateManager, write_snapshot
 from onceflow.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -59,6 +59,7 @@ class PartitionLog:
         self._flushes_running = 0
         self._close_after_flush: list[LogSegment] = []
         self._closed = False
+        self._last_snapshot_offset = self.log_end_offset
         # New segment files need a directory fsync before their data counts as durable.
         self._segments_created = 0
         self._segments_created_synced = 0
@@ -83,6 +84,21 @@ class PartitionLog:
             producer_state.update(header, header.base_offset, now_ms)
         producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
         return log
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def producer_snapshot_writer(self) -> Callable[[], None] | None:
+        """Capture the producer state now, on the appending thread, and return the call that
+        writes it (it fsyncs, so run it off the event loop); None when nothing changed since
+        the last snapshot. Periodic snapshots bound the header replay after a crash."""
+        offset = self.log_end_offset
+        if offset == self._last_snapshot_offset:
+            return None
+        self._last_snapshot_offset = offset
+        data = self.producer_state.encode_snapshot()
+        return lambda: write_snapshot(self.directory, offset, data)
 
     def reconfigure(self, config: LogConfig) -> None:
         self.config = config

@@ -168,6 +168,9 @@ class ProducerStateManager:
     def take_snapshot(self, directory: Path, offset: int) -> None:
         """Write the state as of `offset` (every batch below it applied), then keep only the
         newest few snapshots."""
+        write_snapshot(directory, offset, self.encode_snapshot())
+
+    def encode_snapshot(self) -> bytes:
         parts = [_SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, len(self._producers))]
         for entry in self._producers.values():
             parts.append(
@@ -180,9 +183,7 @@ class ProducerStateManager:
                 for b in entry.batches
             )
         body = b"".join(parts)
-        write_atomically(snapshot_path(directory, offset), body + _SNAPSHOT_CRC.pack(crc32c(body)))
-        for stale in list_snapshots(directory)[:-SNAPSHOTS_KEPT]:
-            stale.unlink(missing_ok=True)
+        return body + _SNAPSHOT_CRC.pack(crc32c(body))
 
     def load_latest_snapshot(self, directory: Path, max_offset: int) -> int:
         """Replace the state with the newest readable snapshot at or below `max_offset` and
@@ -204,6 +205,13 @@ class ProducerStateManager:
                 continue
             return offset
         return 0
+
+
+def write_snapshot(directory: Path, offset: int, data: bytes) -> None:
+    """Write an encoded snapshot atomically, then keep only the newest few."""
+    write_atomically(snapshot_path(directory, offset), data)
+    for stale in list_snapshots(directory)[:-SNAPSHOTS_KEPT]:
+        stale.unlink(missing_ok=True)
 
 
 def snapshot_path(directory: Path, offset: int) -> Path:
