@@ -28,6 +28,7 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.port = port
         self.settings = settings or {}
+        self.extra_args: list[str] = []
         self.process: subprocess.Popen[str] | None = None
 
     @property
@@ -45,6 +46,7 @@ class BrokerProcess:
             "--data-dir",
             str(self.data_dir),
         ]
+        command += self.extra_args
         for key, value in self.settings.items():
             command += ["--set", f"{key}={value}"]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)

@@ -57,6 +57,11 @@ def _run_broker(args: argparse.Namespace) -> int:
     config = BrokerConfig.load(args.config, parse_assignments(args.set))
 
     async def serve() -> None:
+        # Handlers first: a SIGTERM right after the "listening" line must still stop cleanly.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
         try:
             server = BrokerServer(Broker(args.data_dir, config), host or "127.0.0.1", int(port_text))
             await server.start()
@@ -64,10 +69,6 @@ def _run_broker(args: argparse.Namespace) -> int:
             raise ConfigError(f"cannot start the broker: {error}") from error
         bound_host, bound_port = server.address
         print(f"onceflow broker listening on {bound_host}:{bound_port}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
         await stop.wait()
         await server.stop()
 

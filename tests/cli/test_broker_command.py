@@ -1,0 +1,69 @@
+"""`onceflow broker`: readable errors for bad input, a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BrokerProcess
+
+ONCEFLOW = [sys.executable, "-m", "onceflow.cli"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ONCEFLOW, *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "num.partitions=abc"], "num.partitions: 'abc' is not a number"),
+        (["--set", "log.segment.bytes=-5"], "log.segment.bytes must be at least"),
+        (["--set", "novalue"], "expected key=value"),
+        (["--listen", "nonsense"], "--listen wants HOST:PORT"),
+        (["--config", "/nonexistent/broker.properties"], "cannot read config file"),
+    ],
+)
+def test_bad_arguments_get_a_readable_error(tmp_path: Path, args: list[str], message: str) -> None:
+    result = _run("broker", "--data-dir", str(tmp_path), *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_second_broker_on_the_same_data_dir_is_refused(broker_process: BrokerProcess) -> None:
+    result = _run("broker", "--listen", "127.0.0.1:0", "--data-dir", str(broker_process.data_dir))
+    assert result.returncode == 2
+    assert "already in use by another broker" in result.stderr
+
+
+def test_a_busy_port_is_reported(broker_process: BrokerProcess, tmp_path: Path) -> None:
+    result = _run("broker", "--listen", broker_process.bootstrap_servers, "--data-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "address already in use" in result.stderr.lower()
+
+
+def test_config_file_and_overrides(tmp_path: Path) -> None:
+    config = tmp_path / "broker.properties"
+    config.write_text("# a comment\nnum.partitions=3\nauto.create.topics.enable = true\n")
+    broker = BrokerProcess(tmp_path / "data", settings={"log.segment.bytes": "100000"})
+    broker.extra_args = ["--config", str(config)]
+    broker.start()
+    try:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+        metadata = producer.list_topics("auto-created", timeout=10)
+        assert len(metadata.topics["auto-created"].partitions) == 3
+    finally:
+        broker.terminate()
+
+
+def test_sigterm_is_a_clean_shutdown(broker_process: BrokerProcess) -> None:
+    broker_process.terminate()
+    assert broker_process.process is not None and broker_process.process.returncode == 0
+    checkpoint = (broker_process.data_dir / "recovery-point-offset-checkpoint").read_text()
+    assert checkpoint  # written at a clean close, so the next start rescans nothing
