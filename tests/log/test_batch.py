@@ -2,8 +2,12 @@ from __future__ import annotations
 
 import datetime
 import io
+import struct
+from collections.abc import Callable
 
+import cramjam
 import pytest
+from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 from kio.records.readers import read_batch
@@ -14,6 +18,7 @@ from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 from onceflow.log.batch import (
     HEADER_SIZE,
     CorruptRecordError,
+    first_record_at_or_after,
     parse_batch_header,
     patch_base_offset,
     validate_batches,
@@ -153,3 +158,44 @@ def test_empty_payload_holds_no_batches() -> None:
 def test_last_sequence_wraps_past_int32_max(base_sequence: int, count: int, last_sequence: int) -> None:
     (header,) = validate_batches(make_batch(count, producer_id=1, epoch=0, base_sequence=base_sequence))
     assert header.last_sequence == last_sequence
+
+
+def _compressed_batch(codec: int, compress: Callable[[bytes], bytes], timestamps: list[int]) -> bytes:
+    from tests.log.batches import _AFTER_CRC, _BEFORE_CRC, _record
+
+    base = timestamps[0]
+    records = b"".join(_record(i, ts - base, b"v" * 20) for i, ts in enumerate(timestamps))
+    count = len(timestamps)
+    after = _AFTER_CRC.pack(codec, count - 1, base, max(timestamps), -1, -1, -1, count) + compress(records)
+    return _BEFORE_CRC.pack(100, len(after) + 9, 0, 2, crc32c(after)) + after
+
+
+def _xerial(data: bytes) -> bytes:
+    block = bytes(cramjam.snappy.compress_raw(data))
+    return b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
+
+
+@pytest.mark.parametrize(
+    "codec, compress",
+    [
+        (0, lambda data: data),
+        (1, lambda data: bytes(cramjam.gzip.compress(data))),
+        (2, lambda data: bytes(cramjam.snappy.compress_raw(data))),
+        (2, _xerial),
+        (3, lambda data: bytes(cramjam.lz4.compress(data))),
+        (4, lambda data: bytes(cramjam.zstd.compress(data))),
+    ],
+)
+def test_first_record_at_or_after_reads_every_codec(codec: int, compress: Callable[[bytes], bytes]) -> None:
+    timestamps = [1000, 1000, 1005, 1003, 1010]
+    batch = _compressed_batch(codec, compress, timestamps)
+    assert first_record_at_or_after(batch, 0) == (100, 1000)
+    assert first_record_at_or_after(batch, 1001) == (102, 1005)
+    assert first_record_at_or_after(batch, 1010) == (104, 1010)
+    assert first_record_at_or_after(batch, 1011) is None
+
+
+def test_first_record_at_or_after_reports_garbage_as_corrupt() -> None:
+    batch = _compressed_batch(1, lambda data: b"not gzip at all", [1, 2])
+    with pytest.raises(CorruptRecordError):
+        first_record_at_or_after(batch, 0)

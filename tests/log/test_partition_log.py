@@ -94,20 +94,27 @@ def test_reads_outside_the_log_are_offset_out_of_range(tmp_path: Path) -> None:
     assert validate_batches(log.read(4, 100))[0].base_offset == 4
 
 
-def test_offset_for_timestamp_finds_the_first_batch_reaching_it(tmp_path: Path) -> None:
+def test_offset_for_timestamp_finds_the_first_record_reaching_it(tmp_path: Path) -> None:
+    """As Kafka: the first batch whose max timestamp reaches the target, then the first record in
+    it that does."""
     log = open_log(tmp_path, segment_bytes=500, index_interval_bytes=100)
     rng = random.Random(7)
-    stamps = []
     for _ in range(80):
         timestamp = rng.randint(0, 10_000)
         append(log, make_batch(rng.randint(1, 3), timestamp=timestamp, value_size=30))
     headers = read_all(log)
-    stamps = [(h.base_offset, h.max_timestamp) for h in headers]
-    for target in [*range(-5, 10_100, 97), *(ts for _, ts in stamps)]:
-        expected = next(((o, ts) for o, ts in stamps if ts >= target), None)
-        assert log.offset_for_timestamp(target) == expected, target
-    newest = max(ts for _, ts in stamps)
-    assert log.max_timestamp_offset() == next((o, ts) for o, ts in stamps if ts == newest)
+
+    def expected(target: int) -> tuple[int, int] | None:
+        for header in headers:
+            if header.max_timestamp >= target:
+                skipped = max(0, target - header.base_timestamp)  # record i is stamped base + i
+                return header.base_offset + skipped, header.base_timestamp + skipped
+        return None
+
+    for target in [*range(-5, 10_100, 97), *(h.max_timestamp for h in headers)]:
+        assert log.offset_for_timestamp(target) == expected(target), target
+    newest = max(h.max_timestamp for h in headers)
+    assert log.max_timestamp_offset() == expected(newest)
 
 
 def test_timestamp_lookups_on_an_empty_log(tmp_path: Path) -> None:

@@ -158,7 +158,7 @@ def test_corruption_at_an_indexed_batch_rebuilds_that_segment_index(tmp_path: Pa
     timestamps = list(struct.iter_unpack(">qi", segment.with_suffix(".timeindex").read_bytes()))
     assert all(offset < relative_offset for _, offset in timestamps)
     last = read_all(reopened)[-1]
-    assert reopened.offset_for_timestamp(last.max_timestamp) == (last.base_offset, last.max_timestamp)
+    assert reopened.offset_for_timestamp(last.max_timestamp) == (last.last_offset, last.max_timestamp)
     assert reopened.offset_for_timestamp(last.max_timestamp + 1) is None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import cramjam
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
@@ -128,3 +129,69 @@ def validate_batches(records: bytes | bytearray | memoryview) -> list[BatchHeade
 def patch_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
     """Assign the batch's base offset in place; the CRC does not cover it."""
     _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+# -- record-level reads (off the hot path: ListOffsets by timestamp) ---------------------------
+
+_COMPRESSION_MASK = 0x07
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE = 16
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    if codec == 0:
+        return data
+    if codec == 1:
+        return bytes(cramjam.gzip.decompress(data))
+    if codec == 2:
+        if data.startswith(_XERIAL_MAGIC):  # the Java client's framing: [length, raw block]*
+            blocks, position = [], _XERIAL_HEADER_SIZE
+            while position < len(data):
+                (length,) = struct.unpack_from(">i", data, position)
+                blocks.append(
+                    bytes(cramjam.snappy.decompress_raw(data[position + 4 : position + 4 + length]))
+                )
+                position += 4 + length
+            return b"".join(blocks)
+        return bytes(cramjam.snappy.decompress_raw(data))
+    if codec == 3:
+        return bytes(cramjam.lz4.decompress(data))
+    if codec == 4:
+        return bytes(cramjam.zstd.decompress(data))
+    raise CorruptRecordError(f"unknown compression codec {codec}")
+
+
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    """A zigzag varint and the position after it."""
+    shift = result = 0
+    while True:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+
+
+def first_record_at_or_after(batch: bytes, timestamp_ms: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record in `batch` whose timestamp is at least
+    `timestamp_ms` (Kafka answers ListOffsets by timestamp per record, not per batch)."""
+    header = parse_batch_header(batch)
+    if header.attributes & 0x08:  # LogAppendTime: every record has the batch's max timestamp
+        return (header.base_offset, header.max_timestamp) if header.max_timestamp >= timestamp_ms else None
+    try:
+        records = _decompress(header.attributes & _COMPRESSION_MASK, bytes(batch[HEADER_SIZE : header.size]))
+        position = 0
+        for _ in range(header.record_count):
+            length, position = _read_varint(records, position)
+            next_record = position + length
+            timestamp_delta, after = _read_varint(records, position + 1)  # past the attributes byte
+            offset_delta, _ = _read_varint(records, after)
+            if header.base_timestamp + timestamp_delta >= timestamp_ms:
+                return header.base_offset + offset_delta, header.base_timestamp + timestamp_delta
+            position = next_record
+    except (IndexError, struct.error, cramjam.DecompressionError) as error:
+        raise CorruptRecordError(
+            f"cannot read the records of the batch at {header.base_offset}: {error}"
+        ) from error
+    return None

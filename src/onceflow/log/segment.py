@@ -22,6 +22,7 @@ from onceflow.log.batch import (
     BatchHeader,
     CorruptRecordError,
     batch_crc_matches,
+    first_record_at_or_after,
     parse_batch_header,
 )
 from onceflow.log.files import write_fully
@@ -385,12 +386,17 @@ class LogSegment:
         return data if end == len(data) else data[:end]
 
     def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(base offset, max timestamp) of the first batch whose max timestamp >= `timestamp`."""
+        """(offset, timestamp) of the first record whose timestamp is at least `timestamp`,
+        found through the time index and then record by record in the first batch whose
+        max timestamp reaches it."""
         offset = self.time_index.offset_before(timestamp)
         entry = self.index.lookup(offset) if offset is not None else None
-        for _, header in self._scan(entry[1] if entry else 0, self.size):
+        for position, header in self._scan(entry[1] if entry else 0, self.size):
             if header.max_timestamp >= timestamp:
-                return header.base_offset, header.max_timestamp
+                batch = os.pread(self._fd, header.size, position)
+                found = first_record_at_or_after(batch, timestamp)
+                if found is not None:
+                    return found
         return None
 
     # -- durability and lifetime --------------------------------------------------------------
