@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -83,7 +83,7 @@ def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.process.wait(timeout=30)
 
 
-def wait_until(condition, timeout_s: float = 30.0, interval_s: float = 0.05) -> None:  # type: ignore[no-untyped-def]
+def wait_until(condition: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.05) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
