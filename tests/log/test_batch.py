@@ -18,6 +18,10 @@ from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 from onceflow.log.batch import (
     HEADER_SIZE,
     CorruptRecordError,
+    control_batch_is_commit,
+    decode_records,
+    encode_batch,
+    encode_control_batch,
     first_record_at_or_after,
     parse_batch_header,
     patch_base_offset,
@@ -199,3 +203,35 @@ def test_first_record_at_or_after_reports_garbage_as_corrupt() -> None:
     batch = _compressed_batch(1, lambda data: b"not gzip at all", [1, 2])
     with pytest.raises(CorruptRecordError):
         first_record_at_or_after(batch, 0)
+
+
+@given(
+    st.lists(
+        st.tuples(st.none() | st.binary(max_size=40), st.none() | st.binary(max_size=200)),
+        min_size=1,
+        max_size=20,
+    ),
+    st.integers(0, 2**40),
+    st.booleans(),
+)
+def test_encoded_batches_read_back_with_kio(
+    records: list[tuple[bytes | None, bytes | None]], timestamp: int, transactional: bool
+) -> None:
+    batch = encode_batch(
+        records, timestamp, producer_id=5, producer_epoch=1, base_sequence=9, transactional=transactional
+    )
+    assert validate_batches(batch)[0].is_transactional == transactional
+    parsed, size = read_batch(bytes(batch), 0)  # kio checks the CRC itself
+    assert size == len(batch)
+    assert [(r.key, r.value) for r in parsed.records] == records
+    assert [(r.key, r.value) for r in decode_records(batch)] == records
+    assert {r.timestamp for r in decode_records(batch)} == {timestamp}
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_control_batches(commit: bool) -> None:
+    batch = encode_control_batch(7, 3, commit, coordinator_epoch=2, timestamp_ms=1000)
+    header = validate_batches(batch)[0]
+    assert header.is_control and header.is_transactional and header.record_count == 1
+    assert (header.producer_id, header.producer_epoch) == (7, 3)
+    assert control_batch_is_commit(batch) == commit

@@ -179,19 +179,129 @@ def first_record_at_or_after(batch: bytes, timestamp_ms: int) -> tuple[int, int]
     header = parse_batch_header(batch)
     if header.attributes & 0x08:  # LogAppendTime: every record has the batch's max timestamp
         return (header.base_offset, header.max_timestamp) if header.max_timestamp >= timestamp_ms else None
+    return next(
+        (
+            (record.offset, record.timestamp)
+            for record in decode_records(batch)
+            if record.timestamp >= timestamp_ms
+        ),
+        None,
+    )
+
+
+# -- building and decoding batches the broker writes itself (markers, coordinator logs) --------
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type: 0 = ABORT, 1 = COMMIT
+_CONTROL_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def _varint(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag >= 0x80:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def _bytes_field(data: bytes | None) -> bytes:
+    return _varint(-1) if data is None else _varint(len(data)) + data
+
+
+def encode_batch(
+    records: list[tuple[bytes | None, bytes | None]],
+    timestamp_ms: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+) -> bytearray:
+    """An uncompressed v2 batch at base offset 0 (append() assigns the real one)."""
+    body = bytearray()
+    for index, (key, value) in enumerate(records):
+        record = b"\x00" + _varint(0) + _varint(index) + _bytes_field(key) + _bytes_field(value) + _varint(0)
+        body += _varint(len(record)) + record
+    attributes = (_TRANSACTIONAL_FLAG if transactional else 0) | (_CONTROL_FLAG if control else 0)
+    count = len(records)
+    batch = bytearray(
+        _HEADER.pack(
+            0,
+            HEADER_SIZE - LOG_OVERHEAD + len(body),
+            0,
+            MAGIC,
+            0,
+            attributes,
+            count - 1,
+            timestamp_ms,
+            timestamp_ms,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+    )
+    batch += body
+    struct.pack_into(">I", batch, CRC_START - 4, crc32c(memoryview(batch)[CRC_START:]))
+    return batch
+
+
+def encode_control_batch(
+    producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, timestamp_ms: int
+) -> bytearray:
+    """A COMMIT or ABORT transaction marker: one control record, one offset."""
+    key = _CONTROL_KEY.pack(0, 1 if commit else 0)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return encode_batch(
+        [(key, value)], timestamp_ms, producer_id, producer_epoch, transactional=True, control=True
+    )
+
+
+def control_batch_is_commit(batch: bytes) -> bool:
+    """Whether a control batch is a COMMIT marker (else ABORT)."""
+    (record,) = decode_records(batch)
+    assert record.key is not None
+    control_type: int = _CONTROL_KEY.unpack(record.key)[1]
+    return control_type == 1
+
+
+def decode_records(batch: bytes) -> list[Record]:
+    """Every record of one batch, decompressed when needed."""
+    header = parse_batch_header(batch)
     try:
-        records = _decompress(header.attributes & _COMPRESSION_MASK, bytes(batch[HEADER_SIZE : header.size]))
+        data = _decompress(header.attributes & _COMPRESSION_MASK, bytes(batch[HEADER_SIZE : header.size]))
+        records = []
         position = 0
         for _ in range(header.record_count):
-            length, position = _read_varint(records, position)
+            length, position = _read_varint(data, position)
             next_record = position + length
-            timestamp_delta, after = _read_varint(records, position + 1)  # past the attributes byte
-            offset_delta, _ = _read_varint(records, after)
-            if header.base_timestamp + timestamp_delta >= timestamp_ms:
-                return header.base_offset + offset_delta, header.base_timestamp + timestamp_delta
+            timestamp_delta, position = _read_varint(data, position + 1)
+            offset_delta, position = _read_varint(data, position)
+            key, position = _read_bytes(data, position)
+            value, position = _read_bytes(data, position)
+            records.append(
+                Record(header.base_offset + offset_delta, header.base_timestamp + timestamp_delta, key, value)
+            )
             position = next_record
     except (IndexError, struct.error, cramjam.DecompressionError) as error:
         raise CorruptRecordError(
             f"cannot read the records of the batch at {header.base_offset}: {error}"
         ) from error
-    return None
+    return records
+
+
+def _read_bytes(data: bytes, position: int) -> tuple[bytes | None, int]:
+    length, position = _read_varint(data, position)
+    if length < 0:
+        return None, position
+    return data[position : position + length], position + length
