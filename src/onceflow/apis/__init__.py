@@ -3,50 +3,32 @@
 Each module has API_KEY, MIN_VERSION, MAX_VERSION and
 `handle(request: Request) -> Reply`. A reply is a kio response entity, an
 awaitable of one (the handler has to wait, e.g. for fsync or a long poll),
-or None when Kafka sends no response (Produce with acks=0).
+or None when Kafka sends no response (Produce with acks=0). A module that
+defines API_KEY is registered by being here.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Awaitable
 from types import ModuleType
 from typing import Any
 
-from onceflow.apis import (
-    api_versions,
-    create_partitions,
-    create_topics,
-    delete_topics,
-    describe_configs,
-    fetch,
-    find_coordinator,
-    init_producer_id,
-    list_offsets,
-    metadata,
-    offset_for_leader_epoch,
-    produce,
-)
 from onceflow.apis.common import Request, VersionRange
 
 Reply = Any | Awaitable[Any] | None
 
-_MODULES: tuple[ModuleType, ...] = (
-    produce,
-    fetch,
-    list_offsets,
-    metadata,
-    api_versions,
-    create_topics,
-    delete_topics,
-    init_producer_id,
-    offset_for_leader_epoch,
-    describe_configs,
-    create_partitions,
-    find_coordinator,
-)
-HANDLERS: dict[int, ModuleType] = {module.API_KEY: module for module in _MODULES}
+
+def _api_modules() -> list[ModuleType]:
+    """Every module of this package that defines an API (it has API_KEY)."""
+    modules = [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)]
+    return [module for module in modules if hasattr(module, "API_KEY")]
+
+
+HANDLERS: dict[int, ModuleType] = {module.API_KEY: module for module in _api_modules()}
 SUPPORTED_VERSIONS: dict[int, VersionRange] = {
-    module.API_KEY: VersionRange(module.MIN_VERSION, module.MAX_VERSION) for module in _MODULES
+    key: VersionRange(module.MIN_VERSION, module.MAX_VERSION) for key, module in HANDLERS.items()
 }
 
 
