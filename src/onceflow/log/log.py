@@ -9,23 +9,25 @@ from __future__ import annotations
 
 import logging
 import threading
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.log.batch import BatchHeader, patch_base_offset
+from onceflow.log.batch import BatchHeader, control_batch_is_commit, patch_base_offset
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogReadError
 from onceflow.log.files import fsync_directory
-from onceflow.log.producer_state import ProducerStateManager, write_snapshot
+from onceflow.log.producer_state import CompletedTransaction, ProducerStateManager, write_snapshot
 from onceflow.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     MAX_RELATIVE_OFFSET,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    AbortedTransaction,
     LogSegment,
 )
 
@@ -60,6 +62,7 @@ class PartitionLog:
         self._close_after_flush: list[LogSegment] = []
         self._closed = False
         self._last_snapshot_offset = self.log_end_offset
+        self._aborted: list[AbortedTransaction] = []  # ordered by marker offset
         # New segment files need a directory fsync before their data counts as durable.
         self._segments_created = 0
         self._segments_created_synced = 0
@@ -79,9 +82,16 @@ class PartitionLog:
         producer_state = ProducerStateManager()
         log = cls(directory, config, segments, producer_state)
         snapshot_offset = producer_state.load_latest_snapshot(directory, log.log_end_offset)
-        for header in log._headers_from(max(snapshot_offset, log.log_start_offset)):
+        replay_from = max(snapshot_offset, log.log_start_offset)
+        for segment in segments:
+            # Aborts at or after the replay start are found again by the replay.
+            segment.txn_index.truncate_to(replay_from)
+        log._aborted = [entry for segment in segments for entry in segment.txn_index.entries]
+        for header in log._headers_from(replay_from):
             # Replayed producers count as active now: their real idle time is unknown.
-            producer_state.update(header, header.base_offset, now_ms)
+            completed = producer_state.update(header, header.base_offset, now_ms)
+            if completed is not None:
+                log._record_completion(completed, log.read(header.base_offset, 1))
         producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
         return log
 
@@ -154,10 +164,47 @@ class PartitionLog:
             raise LogAppendError(
                 ErrorCode.kafka_storage_error, f"{active.log_path}: write failed: {exc}"
             ) from exc
-        for header, batch_offset in zip(headers, base_offsets, strict=True):
-            self.producer_state.update(header, batch_offset, now_ms)
         self.log_end_offset = offset
+        position = 0
+        for header, batch_offset in zip(headers, base_offsets, strict=True):
+            completed = self.producer_state.update(header, batch_offset, now_ms)
+            if completed is not None:
+                self._record_completion(completed, records[position : position + header.size])
+            position += header.size
         return AppendResult(base_offset, last_offset)
+
+    def _record_completion(self, completed: CompletedTransaction, marker: bytes | bytearray) -> None:
+        """Index a transaction that its marker ended, if the marker is an ABORT."""
+        if control_batch_is_commit(bytes(marker)):
+            return
+        unstable = self.producer_state.first_unstable_offset()
+        entry = AbortedTransaction(
+            completed.producer_id,
+            completed.first_offset,
+            completed.marker_offset,
+            completed.marker_offset + 1 if unstable is None else unstable,
+        )
+        segment_index = bisect_right(self._segments, completed.marker_offset, key=_base_offset) - 1
+        self._segments[segment_index].txn_index.append(entry)
+        self._aborted.append(entry)
+
+    # -- transactions -------------------------------------------------------------------------
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Below this offset every transaction is decided (read_committed reads stop here)."""
+        unstable = self.producer_state.first_unstable_offset()
+        return high_watermark if unstable is None else min(unstable, high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTransaction]:
+        """Aborted transactions with data in [fetch_offset, upper_bound), for read_committed fetches."""
+        found = []
+        start = bisect_left(self._aborted, fetch_offset, key=_marker_offset)
+        for entry in self._aborted[start:]:
+            if entry.first_offset < upper_bound:
+                found.append(entry)
+            if entry.last_stable_offset >= upper_bound:
+                break  # every later abort began at or after this LSO (Kafka's stopping rule)
+        return found
 
     def _roll(self) -> LogSegment:
         segment = LogSegment.create(self.directory, self.log_end_offset)
@@ -269,6 +316,7 @@ class PartitionLog:
             return 0
         deleted, self._segments = self._segments[:doomed], self._segments[doomed:]
         self.log_start_offset = self._segments[0].base_offset
+        self._aborted = [entry for entry in self._aborted if entry.last_offset >= self.log_start_offset]
         for segment in deleted:
             segment.delete_files()
             with self._lock:
@@ -302,12 +350,16 @@ def _base_offset(segment: LogSegment) -> int:
     return segment.base_offset
 
 
+def _marker_offset(entry: AbortedTransaction) -> int:
+    return entry.last_offset
+
+
 def _discover_segments(directory: Path) -> list[int]:
     """Base offsets of the segment files; index files left without their log are removed."""
     paths = list(directory.iterdir())
     base_offsets = {int(path.stem) for path in paths if path.suffix == LOG_SUFFIX and path.stem.isdigit()}
     for path in paths:
-        is_index = path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and path.stem.isdigit()
+        is_index = path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and path.stem.isdigit()
         if is_index and int(path.stem) not in base_offsets:
             path.unlink()
     return sorted(base_offsets)

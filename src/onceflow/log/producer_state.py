@@ -1,7 +1,7 @@
-"""Per-partition idempotent producer state: epochs, sequences and duplicate detection.
+"""Per-partition producer state: epochs, sequences, duplicate detection and open transactions.
 
-The rules are design.md section 3 (Kafka's broker behaviour). State is rebuilt on restart
-from the newest snapshot plus a replay of the batch headers appended after it.
+The rules are design.md sections 3 and 4 (Kafka's broker behaviour). State is rebuilt on
+restart from the newest snapshot plus a replay of the batches appended after it.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from onceflow.log.files import write_atomically
 
 __all__ = [
     "BatchMetadata",
+    "CompletedTransaction",
     "DuplicateBatch",
     "ProducerStateEntry",
     "ProducerStateError",
@@ -39,9 +40,9 @@ _SNAPSHOT_NAME = re.compile(r"(\d{20})\.snapshot")
 # magic, format version, producer count
 _SNAPSHOT_HEADER = struct.Struct(">4sHI")
 _SNAPSHOT_MAGIC = b"OFPS"
-_SNAPSHOT_VERSION = 1
-# producer id, epoch, last timestamp, batch count
-_SNAPSHOT_PRODUCER = struct.Struct(">qhqB")
+_SNAPSHOT_VERSION = 2
+# producer id, epoch, last timestamp, first offset of the open transaction (-1: none), batch count
+_SNAPSHOT_PRODUCER = struct.Struct(">qhqqB")
 # first sequence, last sequence, first offset, last offset, timestamp
 _SNAPSHOT_BATCH = struct.Struct(">iiqqq")
 _SNAPSHOT_CRC = struct.Struct(">I")
@@ -62,6 +63,7 @@ class ProducerStateEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=RETAINED_BATCHES))
     last_timestamp: int = -1  # broker time of the last append, for expiry
+    current_txn_first_offset: int = -1  # first offset of its open transaction here, -1 when none
 
     @property
     def last_seq(self) -> int:
@@ -72,6 +74,15 @@ class ProducerStateEntry:
             if batch.first_seq == first_seq and batch.last_seq == last_seq:
                 return batch
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTransaction:
+    """A transaction ended by a marker on this partition."""
+
+    producer_id: int
+    first_offset: int
+    marker_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +104,17 @@ class ProducerStateManager:
     def entries(self) -> list[ProducerStateEntry]:
         return list(self._producers.values())
 
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction: the LSO cannot pass it."""
+        return min(
+            (
+                entry.current_txn_first_offset
+                for entry in self._producers.values()
+                if entry.current_txn_first_offset >= 0
+            ),
+            default=None,
+        )
+
     def check_and_prepare(self, header: BatchHeader) -> DuplicateBatch | None:
         """Check a batch against the producer's epoch and sequence without changing state.
 
@@ -112,6 +134,8 @@ class ProducerStateManager:
                 f"producer {header.producer_id} has epoch {epoch}, older than the current "
                 f"epoch {entry.epoch}",
             )
+        if header.is_control:
+            return None  # markers come from the coordinator and carry no sequence
         if epoch > entry.epoch:
             if header.base_sequence != 0:
                 raise ProducerStateError(
@@ -132,15 +156,29 @@ class ProducerStateManager:
             )
         return None
 
-    def update(self, header: BatchHeader, base_offset: int, now_ms: int) -> None:
-        """Record a batch that was just appended (or replayed) at `base_offset`."""
+    def update(self, header: BatchHeader, base_offset: int, now_ms: int) -> CompletedTransaction | None:
+        """Record a batch that was just appended (or replayed) at `base_offset`; a marker
+        returns the transaction it ended."""
         if not header.has_producer_id:
-            return
+            return None
         entry = self._producers.get(header.producer_id)
         if entry is None or entry.epoch != header.producer_epoch:
             # A new epoch starts a new sequence space: older batches can no longer match.
-            entry = ProducerStateEntry(header.producer_id, header.producer_epoch)
+            open_txn = entry.current_txn_first_offset if entry is not None else -1
+            entry = ProducerStateEntry(
+                header.producer_id, header.producer_epoch, current_txn_first_offset=open_txn
+            )
             self._producers[header.producer_id] = entry
+        entry.last_timestamp = now_ms
+        if header.is_control:
+            first_offset, entry.current_txn_first_offset = entry.current_txn_first_offset, -1
+            return (
+                CompletedTransaction(header.producer_id, first_offset, base_offset)
+                if first_offset >= 0
+                else None
+            )
+        if header.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = base_offset
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -150,14 +188,15 @@ class ProducerStateManager:
                 header.max_timestamp,
             )
         )
-        entry.last_timestamp = now_ms
+        return None
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers idle for at least `expiration_ms`; returns how many."""
+        """Forget producers idle for at least `expiration_ms`, except those with an open
+        transaction (the coordinator's timeout ends those); returns how many."""
         expired = [
             producer_id
             for producer_id, entry in self._producers.items()
-            if now_ms - entry.last_timestamp >= expiration_ms
+            if now_ms - entry.last_timestamp >= expiration_ms and entry.current_txn_first_offset < 0
         ]
         for producer_id in expired:
             del self._producers[producer_id]
@@ -175,7 +214,11 @@ class ProducerStateManager:
         for entry in self._producers.values():
             parts.append(
                 _SNAPSHOT_PRODUCER.pack(
-                    entry.producer_id, entry.epoch, entry.last_timestamp, len(entry.batches)
+                    entry.producer_id,
+                    entry.epoch,
+                    entry.last_timestamp,
+                    entry.current_txn_first_offset,
+                    len(entry.batches),
                 )
             )
             parts.extend(
@@ -243,9 +286,13 @@ def _decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
     pos = _SNAPSHOT_HEADER.size
     try:
         for _ in range(count):
-            producer_id, epoch, last_timestamp, batch_count = _SNAPSHOT_PRODUCER.unpack_from(body, pos)
+            producer_id, epoch, last_timestamp, txn_first_offset, batch_count = (
+                _SNAPSHOT_PRODUCER.unpack_from(body, pos)
+            )
             pos += _SNAPSHOT_PRODUCER.size
-            entry = ProducerStateEntry(producer_id, epoch, last_timestamp=last_timestamp)
+            entry = ProducerStateEntry(
+                producer_id, epoch, last_timestamp=last_timestamp, current_txn_first_offset=txn_first_offset
+            )
             for _ in range(batch_count):
                 entry.batches.append(BatchMetadata(*_SNAPSHOT_BATCH.unpack_from(body, pos)))
                 pos += _SNAPSHOT_BATCH.size

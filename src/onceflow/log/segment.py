@@ -1,4 +1,5 @@
-"""One segment of a partition log: the `.log` file and its sparse offset and time indexes.
+"""One segment of a partition log: the `.log` file, its sparse offset and time indexes, and
+the index of transactions aborted in it.
 
 Index entries live in `array.array`s (a few bytes each) and are written through to their
 files as they are added. Index files are not fsynced on the append path: after a crash they
@@ -14,6 +15,7 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
@@ -32,6 +34,7 @@ _log = logging.getLogger(__name__)
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 
 # Relative offsets and file positions are int32, as in Kafka's index formats.
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -40,6 +43,8 @@ MAX_RELATIVE_OFFSET = 2**31 - 1
 _SWAP_BYTES = sys.byteorder == "little"
 _OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 _TIME_ENTRY = struct.Struct(">qi")  # max timestamp so far, relative offset
+# Kafka's .txnindex entry: version, producer id, first offset, last offset, last stable offset
+_ABORTED_ENTRY = struct.Struct(">hqqqq")
 _SCAN_CHUNK = 64 * 1024
 
 
@@ -199,6 +204,80 @@ class TimeIndex:
         os.close(self._fd)
 
 
+@dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the offset of its ABORT marker
+    last_stable_offset: int  # the partition's LSO right after the marker
+
+
+class TransactionIndex:
+    """The transactions whose ABORT marker landed in this segment (Kafka's `.txnindex`).
+
+    The file exists only once a segment has an entry. It is fsynced before the log, so a
+    durable marker always has its entry; an entry whose marker was lost is dropped on open.
+    """
+
+    def __init__(self, path: Path, truncate: bool) -> None:
+        self.path = path
+        self.entries: list[AbortedTransaction] = []
+        self._fd: int | None = None
+        self.dirty = False
+        if truncate:
+            path.unlink(missing_ok=True)
+
+    def load(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        whole = len(data) - len(data) % _ABORTED_ENTRY.size  # a torn last entry is dropped
+        self.entries = [
+            AbortedTransaction(*fields[1:]) for fields in _ABORTED_ENTRY.iter_unpack(data[:whole])
+        ]
+        if whole != len(data):
+            self._rewrite()
+
+    def append(self, entry: AbortedTransaction) -> None:
+        self.entries.append(entry)
+        write_fully(self._file(), _encode_aborted(entry), (len(self.entries) - 1) * _ABORTED_ENTRY.size)
+        self.dirty = True
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries whose marker is at or after `offset`."""
+        kept = [entry for entry in self.entries if entry.last_offset < offset]
+        if len(kept) != len(self.entries):
+            self.entries = kept
+            self._rewrite()
+
+    def sync(self) -> None:
+        if self._fd is not None and self.dirty:
+            os.fsync(self._fd)
+            self.dirty = False
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _file(self) -> int:
+        if self._fd is None:
+            self._fd = _open_file(self.path, truncate=False)
+        return self._fd
+
+    def _rewrite(self) -> None:
+        fd = self._file()
+        os.ftruncate(fd, 0)
+        write_fully(fd, b"".join(_encode_aborted(entry) for entry in self.entries), 0)
+        self.dirty = True
+
+
+def _encode_aborted(entry: AbortedTransaction) -> bytes:
+    return _ABORTED_ENTRY.pack(
+        0, entry.producer_id, entry.first_offset, entry.last_offset, entry.last_stable_offset
+    )
+
+
 class LogSegment:
     """A `.log` file of consecutive batches starting at `base_offset`, plus its indexes.
 
@@ -213,6 +292,7 @@ class LogSegment:
         self.time_index = TimeIndex(
             segment_path(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, truncate
         )
+        self.txn_index = TransactionIndex(segment_path(directory, base_offset, TXN_INDEX_SUFFIX), truncate)
         self._fd = _open_file(self.log_path, truncate)
         self.size = 0
         self.next_offset = base_offset
@@ -230,6 +310,7 @@ class LogSegment:
     def open(cls, directory: Path, base_offset: int) -> LogSegment:
         """Open existing files; `recover` must run before the segment is used."""
         segment = cls(directory, base_offset, truncate=False)
+        segment.txn_index.load()
         if not (segment.index.load() and segment.time_index.load()):
             segment.index.clear()
             segment.time_index.clear()
@@ -403,7 +484,9 @@ class LogSegment:
 
     def sync(self, size: int, with_indexes: bool) -> None:
         """fsync the log, known to hold at least `size` bytes. Indexes are only synced once
-        final (segment rolled, or log closing): they can be rebuilt from the log anyway."""
+        final (segment rolled, or log closing): they can be rebuilt from the log anyway. The
+        transaction index cannot, so it goes first."""
+        self.txn_index.sync()
         os.fsync(self._fd)
         self.synced_size = max(self.synced_size, size)
         if with_indexes and not self.indexes_synced:
@@ -412,14 +495,17 @@ class LogSegment:
             self.indexes_synced = True
 
     def needs_sync(self, with_indexes: bool) -> bool:
-        return self.synced_size < self.size or (with_indexes and not self.indexes_synced)
+        return (
+            self.synced_size < self.size or self.txn_index.dirty or (with_indexes and not self.indexes_synced)
+        )
 
     def close(self) -> None:
         os.close(self._fd)
         self.index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def delete_files(self) -> None:
         # The .log goes first: an index without its log is cleaned up when the log is opened.
-        for path in (self.log_path, self.index.path, self.time_index.path):
+        for path in (self.log_path, self.index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
