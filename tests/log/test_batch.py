@@ -23,6 +23,7 @@ from onceflow.log.batch import (
     encode_batch,
     encode_control_batch,
     first_record_at_or_after,
+    next_offset_after,
     parse_batch_header,
     patch_base_offset,
     validate_batches,
@@ -235,3 +236,12 @@ def test_control_batches(commit: bool) -> None:
     assert header.is_control and header.is_transactional and header.record_count == 1
     assert (header.producer_id, header.producer_epoch) == (7, 3)
     assert control_batch_is_commit(batch) == commit
+
+
+def test_next_offset_after_walks_the_headers() -> None:
+    first = make_batch(3)
+    second = make_batch(2)
+    patch_base_offset(second, 0, 3)
+    assert next_offset_after(first + second) == 5
+    with pytest.raises(CorruptRecordError):
+        next_offset_after(b"")

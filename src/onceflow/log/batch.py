@@ -126,6 +126,18 @@ def validate_batches(records: bytes | bytearray | memoryview) -> list[BatchHeade
     return headers
 
 
+def next_offset_after(records: bytes | bytearray | memoryview) -> int:
+    """The offset after the last batch of well-formed `records` (headers only, no CRC)."""
+    position = 0
+    header = None
+    while position < len(records):
+        header = parse_batch_header(records, position)
+        position += header.size
+    if header is None:
+        raise CorruptRecordError("no batch")
+    return header.last_offset + 1
+
+
 def patch_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
     """Assign the batch's base offset in place; the CRC does not cover it."""
     _BASE_OFFSET.pack_into(buf, pos, base_offset)

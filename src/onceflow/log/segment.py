@@ -487,7 +487,7 @@ class LogSegment:
         final (segment rolled, or log closing): they can be rebuilt from the log anyway. The
         transaction index cannot, so it goes first."""
         self.txn_index.sync()
-        os.fsync(self._fd)
+        os.fdatasync(self._fd)  # data and size; the other metadata need not be durable
         self.synced_size = max(self.synced_size, size)
         if with_indexes and not self.indexes_synced:
             self.index.sync()

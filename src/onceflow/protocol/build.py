@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32Timedelta, i64Timedelta
+from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
 
 Converter = Callable[[Any], Any]
 
@@ -30,6 +30,12 @@ def _milliseconds(value: Any) -> Any:
     if isinstance(value, datetime.timedelta):
         return value
     return datetime.timedelta(milliseconds=int(value))
+
+
+def _datetime_from_ms(value: Any) -> Any:
+    if isinstance(value, datetime.datetime):
+        return value
+    return datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.UTC)
 
 
 def _error_code(value: Any) -> Any:
@@ -50,6 +56,8 @@ def _converter_for(annotation: Any) -> Converter:
             return lambda value: value if isinstance(value, annotation) else build(annotation, value)
         if issubclass(annotation, (i32Timedelta, i64Timedelta)):
             return _milliseconds
+        if issubclass(annotation, TZAware):
+            return _datetime_from_ms
         if issubclass(annotation, ErrorCode):
             return _error_code
         if issubclass(annotation, uuid.UUID):
