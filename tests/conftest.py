@@ -24,10 +24,17 @@ def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
 class BrokerProcess:
     """`onceflow broker` in its own process, so that tests can SIGKILL it."""
 
-    def __init__(self, data_dir: Path, port: int = 0, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int = 0,
+        settings: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.port = port
         self.settings = settings or {}
+        self.env = env or {}
         self.extra_args: list[str] = []
         self.process: subprocess.Popen[str] | None = None
 
@@ -49,7 +56,9 @@ class BrokerProcess:
         command += self.extra_args
         for key, value in self.settings.items():
             command += ["--set", f"{key}={value}"]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, text=True, env={**os.environ, **self.env}
+        )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if "listening on" not in line:

@@ -184,3 +184,16 @@ def test_api_versions_fallback_for_an_unknown_version(shared_broker: EmbeddedBro
         response = wire.read_response(18, 0, 42)
         assert response.error_code == ErrorCode.unsupported_version
         assert any(key.api_key == 0 for key in response.api_keys)
+
+
+def test_clients_cannot_write_or_delete_the_coordinators_logs(shared_broker: EmbeddedBroker) -> None:
+    with WireClient(shared_broker.bootstrap_servers) as wire:
+        assert (
+            produce(wire, "__consumer_offsets", 0, make_batch([b"forged"])).error_code
+            == ErrorCode.invalid_topic_exception
+        )
+        response = wire.request(
+            20, 6, topics=[{"name": "__transaction_state", "topic_id": None}], timeout=5000
+        )
+        assert response.responses[0].error_code == ErrorCode.invalid_topic_exception
+        assert wire.list_offset("__transaction_state", 0) >= 0

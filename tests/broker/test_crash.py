@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import parse_batch_header
 from tests.conftest import BrokerProcess
+from tests.support import read_to_end
 from tests.wire import WireClient, make_batch, produce
 
 PARTITIONS = 2
@@ -24,28 +25,10 @@ def _create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> N
 
 
 def _read_all(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[int, list[str]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "checker",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, partition, 0) for partition in range(partitions)])
-    values: dict[int, list[str]] = defaultdict(list)
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 60
-    while len(at_end) < partitions and time.monotonic() < deadline:
-        for message in consumer.consume(1000, timeout=0.5):
-            if message.error() is not None:
-                assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-                at_end.add(message.partition())
-                continue
-            values[message.partition()].append(message.value().decode())
-    consumer.close()
-    assert len(at_end) == partitions, "could not read to the end of the log"
-    return values
+    return {
+        partition: [read.value for read in reads]
+        for partition, reads in read_to_end(bootstrap, topic, partitions).items()
+    }
 
 
 def test_acknowledged_writes_survive_repeated_sigkill(tmp_path: Path) -> None:

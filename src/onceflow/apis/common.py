@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.core import Broker
+from onceflow.log.log import PartitionLog
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import response_type
 
@@ -30,5 +32,19 @@ class Request:
         return build(response_type(self.api_key, self.api_version), values)
 
 
-def topic_error(name: str, code: ErrorCode) -> dict[str, Any]:
-    return {"name": name, "error_code": code}
+def is_internal(topic: str) -> bool:
+    """The coordinators' own logs (`__consumer_offsets`, `__transaction_state`)."""
+    return topic.startswith("__")
+
+
+async def once_durable(request: Request, logs: Iterable[PartitionLog], answer: Any) -> Any:
+    """The answer, once everything written to `logs` so far is fsynced."""
+    await request.broker.wait_durable(logs)
+    return answer
+
+
+def for_version(code: ErrorCode, version: int, first_version_with_producer_fenced: int) -> ErrorCode:
+    """KIP-588: older request versions report a fenced producer as INVALID_PRODUCER_EPOCH."""
+    if code == ErrorCode.producer_fenced and version < first_version_with_producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    return code

@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, is_internal
 from onceflow.log.errors import LogError
 
 API_KEY = 20
@@ -26,6 +26,16 @@ def handle(request: Request) -> Any:
     for name, topic_id in wanted:
         if name is None:
             responses.append({"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id})
+            continue
+        if is_internal(name):
+            responses.append(
+                {
+                    "name": name,
+                    "topic_id": topic_id,
+                    "error_code": ErrorCode.invalid_topic_exception,
+                    "error_message": f"{name} is a coordinator's log and cannot be deleted",
+                }
+            )
             continue
         info = logs.topics.get(name)
         try:

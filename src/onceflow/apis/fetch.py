@@ -1,5 +1,8 @@
 """Fetch (1): read whole stored batches, long-polling for min_bytes.
 
+read_committed fetches stop at the last stable offset and list the aborted transactions
+in the range, which the client uses to drop their batches (design.md §4).
+
 Fetch sessions (KIP-227) are declined: every answer carries session id 0, so
 clients keep sending full fetch requests, which Kafka allows.
 """
@@ -13,11 +16,14 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
 from onceflow.broker.core import high_watermark
+from onceflow.log.batch import next_offset_after
 from onceflow.log.errors import LogError
 
 API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 12
+
+READ_COMMITTED = 1
 
 
 def handle(request: Request) -> Any:
@@ -52,7 +58,9 @@ def _respond(request: Request, responses: list[dict[str, Any]]) -> Any:
 def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
     body = request.body
     logs = request.broker.logs
-    budget = body.max_bytes
+    read_committed = body.isolation_level == READ_COMMITTED
+    # The broker's own cap bounds the memory one response takes, whatever the client asks for.
+    budget = min(body.max_bytes, request.broker.config.get_int("fetch.max.bytes"))
     total = 0
     responses = []
     for topic in body.topics:
@@ -62,29 +70,40 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
             if log is None:
                 partitions.append(_partition_error(wanted.partition, ErrorCode.unknown_topic_or_partition))
                 continue
+            hw = high_watermark(log)
+            lso = log.last_stable_offset(hw)
             limit = min(wanted.partition_max_bytes, budget)
             try:
-                # KIP-74: the first non-empty partition may exceed the limits by one batch.
-                records = log.read(wanted.fetch_offset, limit, high_watermark(log))
+                # KIP-74: the first non-empty partition may exceed the limits by one batch;
+                # later ones get nothing rather than more than their share.
+                records = (
+                    log.read(wanted.fetch_offset, limit, lso if read_committed else hw)
+                    if limit or not total
+                    else b""
+                )
             except LogError as error:
                 partitions.append(
-                    _partition_error(
-                        wanted.partition, error.error_code, high_watermark(log), log.log_start_offset
-                    )
+                    _partition_error(wanted.partition, error.error_code, hw, log.log_start_offset)
                 )
                 continue
             if total and len(records) > limit:
                 records = b""
             total += len(records)
             budget = max(0, budget - len(records))
+            aborted = None
+            if read_committed and records:
+                aborted = [
+                    {"producer_id": entry.producer_id, "first_offset": entry.first_offset}
+                    for entry in log.aborted_transactions(wanted.fetch_offset, next_offset_after(records))
+                ]
             partitions.append(
                 {
                     "partition_index": wanted.partition,
                     "error_code": ErrorCode.none,
-                    "high_watermark": high_watermark(log),
-                    "last_stable_offset": high_watermark(log),
+                    "high_watermark": hw,
+                    "last_stable_offset": lso,
                     "log_start_offset": log.log_start_offset,
-                    "aborted_transactions": None,
+                    "aborted_transactions": aborted,
                     "preferred_read_replica": -1,
                     "records": records,
                 }

@@ -1,7 +1,8 @@
-"""InitProducerId (22) for idempotent producers: a fresh producer id, epoch 0.
+"""InitProducerId (22): a producer id for idempotent producers, or a transactional session.
 
-Transactional ids belong to the transaction coordinator, which this broker
-does not have yet; such requests get COORDINATOR_NOT_AVAILABLE.
+Without a transactional id every call gets a fresh producer id at epoch 0. With one, the
+transaction coordinator bumps the epoch, which fences the previous session (KIP-360 rules),
+and the answer waits until that is durable.
 """
 
 from __future__ import annotations
@@ -10,24 +11,42 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, for_version, once_durable
+from onceflow.broker.core import now_ms
 
 API_KEY = 22
 MIN_VERSION = 0
 MAX_VERSION = 4
+FIRST_VERSION_WITH_PRODUCER_FENCED = 4
 
 
 def handle(request: Request) -> Any:
-    transactional_id = request.body.transactional_id
+    body = request.body
+    transactional_id = body.transactional_id
     if transactional_id == "":
-        return _error(request, ErrorCode.invalid_request)
-    if transactional_id is not None:
-        return _error(request, ErrorCode.coordinator_not_available)
-    producer_id = request.broker.producer_ids.allocate()
-    return request.respond(
-        throttle_time=0, error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=0
+        return _answer(request, ErrorCode.invalid_request)
+    broker = request.broker
+    if transactional_id is None:
+        return _answer(request, ErrorCode.none, broker.producer_ids.allocate(), 0)
+    result = broker.transactions.init_producer_id(
+        transactional_id,
+        int(body.transaction_timeout.total_seconds() * 1000),
+        getattr(body, "producer_id", -1),
+        getattr(body, "producer_epoch", -1),
+        now_ms(),
     )
+    if result.fenced is not None:
+        broker.complete_transaction(result.fenced)
+    answer = _answer(
+        request,
+        for_version(result.error, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED),
+        result.producer_id,
+        result.producer_epoch,
+    )
+    return once_durable(request, [broker.transactions.log], answer)
 
 
-def _error(request: Request, code: ErrorCode) -> Any:
-    return request.respond(throttle_time=0, error_code=code, producer_id=-1, producer_epoch=-1)
+def _answer(request: Request, code: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> Any:
+    return request.respond(
+        throttle_time=0, error_code=code, producer_id=producer_id, producer_epoch=producer_epoch
+    )

@@ -17,6 +17,7 @@ MAX_VERSION = 7
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+READ_COMMITTED = 1
 
 
 def handle(request: Request) -> Any:
@@ -34,7 +35,7 @@ def handle(request: Request) -> Any:
                     }
                 )
                 continue
-            timestamp, offset = _lookup(log, wanted.timestamp)
+            timestamp, offset = _lookup(log, wanted.timestamp, request.body.isolation_level == READ_COMMITTED)
             partitions.append(
                 {
                     "partition_index": wanted.partition_index,
@@ -48,9 +49,10 @@ def handle(request: Request) -> Any:
     return request.respond(throttle_time=0, topics=topics)
 
 
-def _lookup(log: PartitionLog, timestamp: int) -> tuple[int, int]:
+def _lookup(log: PartitionLog, timestamp: int, read_committed: bool) -> tuple[int, int]:
     if timestamp == LATEST:
-        return -1, high_watermark(log)
+        hw = high_watermark(log)
+        return -1, log.last_stable_offset(hw) if read_committed else hw
     if timestamp == EARLIEST:
         return -1, log.log_start_offset
     found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)

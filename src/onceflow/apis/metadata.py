@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, is_internal
 from onceflow.log.errors import LogError
 
 API_KEY = 3
@@ -64,7 +64,7 @@ def _describe_topic(request: Request, name: str, auto_create: bool) -> dict[str,
         "error_code": ErrorCode.none,
         "name": name,
         "topic_id": info.topic_id,
-        "is_internal": False,
+        "is_internal": is_internal(name),
         "partitions": partitions,
     }
 

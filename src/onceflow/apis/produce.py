@@ -11,7 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, is_internal, once_durable
 from onceflow.broker.core import now_ms
 from onceflow.log.batch import CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
@@ -42,12 +42,7 @@ def handle(request: Request) -> Any:
         return None
     response = request.respond(responses=responses, throttle_time=0)
     if acks == -1 and appended:
-        return _after_fsync(request, appended, response)
-    return response
-
-
-async def _after_fsync(request: Request, appended: list[PartitionLog], response: Any) -> Any:
-    await request.broker.wait_durable(appended)
+        return once_durable(request, appended, response)
     return response
 
 
@@ -62,6 +57,8 @@ def _produce_partition(
     broker = request.broker
     if acks not in _VALID_ACKS:
         return _error(ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
+    if is_internal(topic):
+        return _error(ErrorCode.invalid_topic_exception, f"{topic} is written by its coordinator only")
     log = broker.logs.get(topic, partition)
     if log is None:
         return _error(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
@@ -80,6 +77,20 @@ def _produce_partition(
         return _error(
             ErrorCode.invalid_record, "a v2 produce request carries exactly one batch per partition"
         )
+    batch = headers[0]
+    if batch.is_control:
+        return _error(
+            ErrorCode.invalid_record, "control batches are written by the transaction coordinator only"
+        )
+    if batch.is_transactional:
+        # A zombie's late batch must not land in a later transaction of the same id.
+        code = broker.transactions.check_transactional_produce(
+            batch.producer_id, batch.producer_epoch, (topic, partition)
+        )
+        if code != ErrorCode.none:
+            return _error(
+                code, f"producer {batch.producer_id} has no open transaction on {topic}-{partition}"
+            )
     try:
         result = log.append(bytearray(records), headers, now_ms())
     except (LogError, ProducerStateError) as error:

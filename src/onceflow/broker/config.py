@@ -14,6 +14,9 @@ DEFAULTS: dict[str, str] = {
     "auto.create.topics.enable": "true",
     "min.insync.replicas": "1",
     "socket.request.max.bytes": str(100 * 1024 * 1024),
+    # Kafka's default is 55 MiB; a smaller one keeps the broker's memory flat when many
+    # partitions are read at once, and clients simply fetch again.
+    "fetch.max.bytes": str(8 * 1024 * 1024),
     "log.retention.check.interval.ms": "300000",
     "producer.id.expiration.check.interval.ms": "600000",
     # Not a Kafka key: how often producer state is snapshotted besides at segment rolls,
@@ -23,6 +26,9 @@ DEFAULTS: dict[str, str] = {
     "transactional.id.expiration.ms": "604800000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
     "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+    "offset.metadata.max.bytes": "4096",
     "offsets.topic.num.partitions": "1",
     "cluster.id": "onceflow-cluster",
     "node.id": "0",

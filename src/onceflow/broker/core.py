@@ -20,11 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from onceflow.broker.config import BrokerConfig
+from onceflow.broker.markers import write_markers
 from onceflow.broker.producer_ids import ProducerIdAllocator
+from onceflow.coordinator.group import TICK_INTERVAL_MS, GroupConfig, GroupCoordinator
+from onceflow.coordinator.transaction import TransactionCoordinator
 from onceflow.log.log import PartitionLog
 from onceflow.log.manager import LogManager
 
 log = logging.getLogger(__name__)
+
+FSYNC_THREADS = 4
 
 
 def now_ms() -> int:
@@ -45,6 +50,14 @@ class Broker:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(data_dir, config.log_config, now_ms())
         self.producer_ids = ProducerIdAllocator(data_dir)
+        self.transactions = TransactionCoordinator(
+            self.logs,
+            self.producer_ids.allocate,
+            config.get_int("transaction.max.timeout.ms"),
+            config.get_int("transactional.id.expiration.ms"),
+        )
+        self._completions: dict[str, asyncio.Task[None]] = {}
+        self.groups = GroupCoordinator(self.logs, GroupConfig.from_kafka(config.props), now_ms())
         self.node_id = config.get_int("node.id")
         self.cluster_id = config.get("cluster.id")
         self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
@@ -52,9 +65,12 @@ class Broker:
         self._durability_waiters: list[tuple[list[tuple[PartitionLog, int]], asyncio.Future[None]]] = []
         self._dirty: set[PartitionLog] = set()
         self._flush_requested = asyncio.Event()
-        # One thread: fsyncs are serialised, and everything that queues up
-        # behind a running fsync shares the next one (group commit).
-        self._fsync_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-fsync")
+        # Flush rounds run one after another, and everything appended during a round shares
+        # the next one (group commit). Within a round the partitions are fsynced in parallel:
+        # the filesystem commits concurrent fsyncs together, which cuts the round's latency.
+        self._fsync_threads = ThreadPoolExecutor(
+            max_workers=FSYNC_THREADS, thread_name_prefix="onceflow-fsync"
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle -------------------------------------------------------------
@@ -67,7 +83,11 @@ class Broker:
             asyncio.create_task(self._flusher(), name="flusher"),
             asyncio.create_task(self._write_behind(), name="write-behind"),
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
+            asyncio.create_task(self._transaction_sweep(), name="transaction-sweep"),
+            asyncio.create_task(self._group_timers(), name="group-timers"),
         ]
+        for transactional_id in self.transactions.pending_completions():
+            self.complete_transaction(transactional_id)  # prepared before a crash
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -75,8 +95,33 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for waiter in self._fetch_waiters:
             waiter.cancel()
-        await asyncio.get_running_loop().run_in_executor(self._fsync_thread, self.logs.close)
-        self._fsync_thread.shutdown(wait=True)
+        await asyncio.get_running_loop().run_in_executor(self._fsync_threads, self.logs.close)
+        self._fsync_threads.shutdown(wait=True)
+
+    # -- transactions ----------------------------------------------------------
+    def complete_transaction(self, transactional_id: str) -> asyncio.Task[None]:
+        """Write the markers of a prepared transaction, then Complete* (once per transaction)."""
+        task = self._completions.get(transactional_id)
+        if task is None or task.done():
+            task = asyncio.create_task(write_markers(self, transactional_id, now_ms()))
+            self._completions[transactional_id] = task
+            task.add_done_callback(lambda _: self._completions.pop(transactional_id, None))
+        return task
+
+    async def _transaction_sweep(self) -> None:
+        """Abort transactions past their timeout (fencing their producer) and expire idle ids."""
+        interval_s = self.config.get_int("transaction.abort.timed.out.transaction.cleanup.interval.ms") / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            for transactional_id in self.transactions.abort_timed_out(now_ms()):
+                self.complete_transaction(transactional_id)
+            self.transactions.expire_idle_ids(now_ms())
+
+    async def _group_timers(self) -> None:
+        """Consumer-group session, rebalance and join-delay timeouts."""
+        while True:
+            await asyncio.sleep(TICK_INTERVAL_MS / 1000)
+            self.appended(self.groups.tick(now_ms()))
 
     # -- appends and durability ------------------------------------------------
     def appended(self, logs: Iterable[PartitionLog]) -> None:
@@ -88,8 +133,10 @@ class Broker:
     async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
         """Return once everything appended so far to `logs` is fsynced."""
         targets = [(partition, partition.log_end_offset) for partition in logs]
-        if all(partition.flushed_offset >= end for partition, end in targets):
+        unflushed = [partition for partition, end in targets if partition.flushed_offset < end]
+        if not unflushed:
             return
+        self._dirty.update(unflushed)
         waiter = asyncio.get_running_loop().create_future()
         self._durability_waiters.append((targets, waiter))
         self._flush_requested.set()
@@ -115,7 +162,7 @@ class Broker:
             self._flush_requested.clear()
             dirty, self._dirty = self._dirty, set()
             try:
-                await loop.run_in_executor(self._fsync_thread, _flush_each, dirty)
+                await asyncio.gather(*(loop.run_in_executor(self._fsync_threads, p.flush) for p in dirty))
             except OSError:
                 log.exception("fsync failed; acks=all producers will time out and retry")
                 self._dirty |= dirty
@@ -148,7 +195,7 @@ class Broker:
             await asyncio.sleep(interval_s)
             if self._dirty:
                 self._flush_requested.set()
-            await loop.run_in_executor(self._fsync_thread, self.logs.write_recovery_checkpoint)
+            await loop.run_in_executor(self._fsync_threads, self.logs.write_recovery_checkpoint)
 
     async def _housekeeping(self) -> None:
         loop = asyncio.get_running_loop()
@@ -162,7 +209,7 @@ class Broker:
             await asyncio.sleep(max(0.05, min(next_retention, next_expiry, next_snapshot) - time.monotonic()))
             if time.monotonic() >= next_snapshot:
                 writers = [partition.producer_snapshot_writer() for _, _, partition in self.logs.partitions()]
-                await loop.run_in_executor(self._fsync_thread, _run_each, [w for w in writers if w])
+                await loop.run_in_executor(self._fsync_threads, _run_each, [w for w in writers if w])
                 next_snapshot = time.monotonic() + snapshot_interval_s
             if time.monotonic() >= next_retention:
                 self.logs.apply_retention(now_ms())
@@ -182,8 +229,3 @@ def high_watermark(log: PartitionLog) -> int:
 def _run_each(calls: list[Callable[[], None]]) -> None:
     for call in calls:
         call()
-
-
-def _flush_each(logs: Iterable[PartitionLog]) -> None:
-    for partition in logs:
-        partition.flush()

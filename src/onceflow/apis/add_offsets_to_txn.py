@@ -1,0 +1,24 @@
+"""AddOffsetsToTxn (25): a consumer group's offsets join the producer's transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onceflow.apis.common import Request, for_version, once_durable
+from onceflow.broker.core import now_ms
+
+API_KEY = 25
+MIN_VERSION = 0
+MAX_VERSION = 3
+FIRST_VERSION_WITH_PRODUCER_FENCED = 2
+
+
+def handle(request: Request) -> Any:
+    body = request.body
+    code = request.broker.transactions.add_offsets(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.group_id, now_ms()
+    )
+    answer = request.respond(
+        throttle_time=0, error_code=for_version(code, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED)
+    )
+    return once_durable(request, [request.broker.transactions.log], answer)

@@ -1,0 +1,47 @@
+"""AddPartitionsToTxn (24): partitions join the producer's transaction before it writes to them.
+
+Versions 0-3 only: v4+ is KIP-890's batched broker-side form, which clients use only when
+the broker advertises `transaction.version` 2 (it does not).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from onceflow.apis.common import Request, for_version, once_durable
+from onceflow.broker.core import now_ms
+
+API_KEY = 24
+MIN_VERSION = 0
+MAX_VERSION = 3
+FIRST_VERSION_WITH_PRODUCER_FENCED = 2
+
+
+def handle(request: Request) -> Any:
+    body = request.body
+    wanted = [(topic.name, partition) for topic in body.v3_and_below_topics for partition in topic.partitions]
+    results = request.broker.transactions.add_partitions(
+        body.v3_and_below_transactional_id,
+        body.v3_and_below_producer_id,
+        body.v3_and_below_producer_epoch,
+        wanted,
+        now_ms(),
+    )
+    by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (topic, partition), code in results.items():
+        by_topic[topic].append(
+            {
+                "partition_index": partition,
+                "partition_error_code": for_version(
+                    code, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED
+                ),
+            }
+        )
+    answer = request.respond(
+        throttle_time=0,
+        results_by_topic_v3_and_below=[
+            {"name": topic, "results_by_partition": partitions} for topic, partitions in by_topic.items()
+        ],
+    )
+    return once_durable(request, [request.broker.transactions.log], answer)

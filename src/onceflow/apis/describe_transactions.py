@@ -1,0 +1,53 @@
+"""DescribeTransactions (65): the coordinator's view of transactional ids."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request
+
+API_KEY = 65
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+
+def handle(request: Request) -> Any:
+    transactions = request.broker.transactions.transactions
+    states = []
+    for transactional_id in request.body.transactional_ids:
+        metadata = transactions.get(transactional_id)
+        if metadata is None:
+            states.append(
+                {
+                    "error_code": ErrorCode.transactional_id_not_found,
+                    "transactional_id": transactional_id,
+                    "transaction_state": "",
+                    "transaction_timeout": 0,
+                    "transaction_start_time": -1,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                    "topics": [],
+                }
+            )
+            continue
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, partition in sorted(metadata.partitions):
+            by_topic[topic].append(partition)
+        states.append(
+            {
+                "error_code": ErrorCode.none,
+                "transactional_id": transactional_id,
+                "transaction_state": metadata.state.value,
+                "transaction_timeout": metadata.timeout_ms,
+                "transaction_start_time": metadata.start_ms,
+                "producer_id": metadata.producer_id,
+                "producer_epoch": metadata.producer_epoch,
+                "topics": [
+                    {"topic": topic, "partitions": partitions} for topic, partitions in by_topic.items()
+                ],
+            }
+        )
+    return request.respond(throttle_time=0, transaction_states=states)

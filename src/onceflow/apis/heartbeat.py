@@ -1,0 +1,24 @@
+"""Heartbeat (12): a member is alive; REBALANCE_IN_PROGRESS tells it to rejoin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onceflow.apis.common import Request
+from onceflow.broker.core import now_ms
+
+API_KEY = 12
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+def handle(request: Request) -> Any:
+    body = request.body
+    error = request.broker.groups.heartbeat(
+        body.group_id,
+        body.member_id,
+        body.group_instance_id if request.api_version >= 3 else None,
+        body.generation_id,
+        now_ms(),
+    )
+    return request.respond(throttle_time=0, error_code=error)

@@ -1,0 +1,42 @@
+"""ListTransactions (66): transactional ids by state, producer id, and (v1) how long they run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request
+from onceflow.broker.core import now_ms
+from onceflow.coordinator.transaction import TxnState
+
+API_KEY = 66
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+_STATE_NAMES = {state.value for state in TxnState}
+
+
+def handle(request: Request) -> Any:
+    body = request.body
+    wanted_states = set(body.state_filters)
+    wanted_producers = set(body.producer_id_filters)
+    min_duration_ms = getattr(body, "duration_filter", -1)
+    now = now_ms()
+    listed = [
+        {
+            "transactional_id": metadata.transactional_id,
+            "producer_id": metadata.producer_id,
+            "transaction_state": metadata.state.value,
+        }
+        for metadata in request.broker.transactions.transactions.values()
+        if (not wanted_states or metadata.state.value in wanted_states)
+        and (not wanted_producers or metadata.producer_id in wanted_producers)
+        and (min_duration_ms < 0 or (metadata.start_ms >= 0 and now - metadata.start_ms >= min_duration_ms))
+    ]
+    return request.respond(
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        unknown_state_filters=sorted(wanted_states - _STATE_NAMES),
+        transaction_states=listed,
+    )

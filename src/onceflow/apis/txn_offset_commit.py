@@ -1,0 +1,57 @@
+"""TxnOffsetCommit (28): stage offsets in a transaction; EndTxn makes them visible or drops them.
+
+The transaction coordinator first checks that the producer's session is current and that
+the group joined its open transaction (AddOffsetsToTxn). v3 (KIP-447) carries the member's
+generation, member id and group.instance.id, checked as an OffsetCommit's are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request, for_version
+from onceflow.apis.consumer_groups import commit_results, requested_offsets, when_durable
+from onceflow.broker.core import now_ms
+
+API_KEY = 28
+MIN_VERSION = 0
+MAX_VERSION = 3
+FIRST_VERSION_WITH_PRODUCER_FENCED = 3
+
+
+def handle(request: Request) -> Any:
+    body = request.body
+    now = now_ms()
+    code = request.broker.transactions.check_offset_commit(
+        body.producer_id, body.producer_epoch, body.group_id
+    )
+    if code != ErrorCode.none:
+        refused = for_version(code, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED)
+        return request.respond(
+            throttle_time=0,
+            topics=[
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {"partition_index": partition.partition_index, "error_code": refused}
+                        for partition in topic.partitions
+                    ],
+                }
+                for topic in body.topics
+            ],
+        )
+    with_member = request.api_version >= 3
+    errors = request.broker.groups.commit_transactional_offsets(
+        body.group_id,
+        body.producer_id,
+        body.producer_epoch,
+        body.generation_id if with_member else -1,
+        body.member_id if with_member else "",
+        body.group_instance_id if with_member else None,
+        requested_offsets(body.topics, now),
+        now,
+    )
+    response = request.respond(throttle_time=0, topics=commit_results(body.topics, errors))
+    return when_durable(request, response)

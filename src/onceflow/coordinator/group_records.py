@@ -1,0 +1,190 @@
+"""The records the group coordinator writes to `__consumer_offsets` and replays at start-up.
+
+Each key and value is a format-version byte followed by JSON. The key says what the record
+is about; replaying every record in log order rebuilds the coordinator's state:
+
+    ["offset", group, topic, partition]                 a committed offset
+    ["txn_offset", group, producer id, topic, partition] an offset staged by a transaction
+    ["txn_end", producer id]                            {"commit": bool}: apply or drop what
+                                                        that producer staged, in every group
+    ["group", group]                                    the group after a rebalance; a null
+                                                        value deletes the group and its offsets
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from onceflow.coordinator.group_metadata import OffsetAndMetadata, TopicPartition
+
+FORMAT_VERSION = 0
+
+
+class RecordFormatError(ValueError):
+    """A record this coordinator did not write, or wrote in a newer format."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitted:
+    group_id: str
+    partition: TopicPartition
+    offset: OffsetAndMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetStaged:
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    partition: TopicPartition
+    offset: OffsetAndMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionCompleted:
+    producer_id: int
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    subscription: bytes  # the member's metadata for the selected protocol
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStored:
+    group_id: str
+    generation_id: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader_id: str | None
+    members: tuple[StoredMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDeleted:
+    group_id: str
+
+
+CoordinatorRecord = OffsetCommitted | OffsetStaged | TransactionCompleted | GroupStored | GroupDeleted
+
+
+def encode(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
+    key: list[Any]
+    value: dict[str, Any] | None
+    match record:
+        case OffsetCommitted(group_id, (topic, partition), offset):
+            key = ["offset", group_id, topic, partition]
+            value = _offset_json(offset)
+        case OffsetStaged(group_id, producer_id, producer_epoch, (topic, partition), offset):
+            key = ["txn_offset", group_id, producer_id, topic, partition]
+            value = {**_offset_json(offset), "producer_epoch": producer_epoch}
+        case TransactionCompleted(producer_id, commit):
+            key = ["txn_end", producer_id]
+            value = {"commit": commit}
+        case GroupStored():
+            key = ["group", record.group_id]
+            value = {
+                "generation_id": record.generation_id,
+                "protocol_type": record.protocol_type,
+                "protocol_name": record.protocol_name,
+                "leader_id": record.leader_id,
+                "members": [_member_json(member) for member in record.members],
+            }
+        case GroupDeleted(group_id):
+            key = ["group", group_id]
+            value = None
+    return _pack(key), None if value is None else _pack(value)
+
+
+def decode(key: bytes | None, value: bytes | None) -> CoordinatorRecord:
+    try:
+        fields = _unpack(key)
+        body = None if value is None else _unpack(value)
+        match fields:
+            case ["offset", str(group_id), str(topic), int(partition)] if body is not None:
+                return OffsetCommitted(group_id, TopicPartition(topic, partition), _offset(body))
+            case ["txn_offset", str(group_id), int(producer_id), str(topic), int(partition)] if body:
+                return OffsetStaged(
+                    group_id,
+                    producer_id,
+                    body["producer_epoch"],
+                    TopicPartition(topic, partition),
+                    _offset(body),
+                )
+            case ["txn_end", int(producer_id)] if body is not None:
+                return TransactionCompleted(producer_id, bool(body["commit"]))
+            case ["group", str(group_id)] if body is None:
+                return GroupDeleted(group_id)
+            case ["group", str(group_id)]:
+                assert body is not None
+                return GroupStored(
+                    group_id,
+                    body["generation_id"],
+                    body["protocol_type"],
+                    body["protocol_name"],
+                    body["leader_id"],
+                    tuple(_member(member) for member in body["members"]),
+                )
+    except (KeyError, TypeError, ValueError) as error:
+        raise RecordFormatError(f"unreadable coordinator record: {error}") from error
+    raise RecordFormatError(f"unknown coordinator record key {fields!r}")
+
+
+def _pack(content: Any) -> bytes:
+    return bytes([FORMAT_VERSION]) + json.dumps(content, separators=(",", ":")).encode()
+
+
+def _unpack(data: bytes | None) -> Any:
+    if not data or data[0] != FORMAT_VERSION:
+        raise RecordFormatError("missing or unknown record format version")
+    return json.loads(data[1:])
+
+
+def _offset_json(offset: OffsetAndMetadata) -> dict[str, Any]:
+    return {
+        "offset": offset.offset,
+        "leader_epoch": offset.leader_epoch,
+        "metadata": offset.metadata,
+        "timestamp": offset.commit_timestamp_ms,
+    }
+
+
+def _offset(body: dict[str, Any]) -> OffsetAndMetadata:
+    return OffsetAndMetadata(body["offset"], body["leader_epoch"], body["metadata"], body["timestamp"])
+
+
+def _member_json(member: StoredMember) -> dict[str, Any]:
+    return {
+        "member_id": member.member_id,
+        "group_instance_id": member.group_instance_id,
+        "client_id": member.client_id,
+        "client_host": member.client_host,
+        "session_timeout_ms": member.session_timeout_ms,
+        "rebalance_timeout_ms": member.rebalance_timeout_ms,
+        "subscription": base64.b64encode(member.subscription).decode(),
+        "assignment": base64.b64encode(member.assignment).decode(),
+    }
+
+
+def _member(body: dict[str, Any]) -> StoredMember:
+    return StoredMember(
+        body["member_id"],
+        body["group_instance_id"],
+        body["client_id"],
+        body["client_host"],
+        body["session_timeout_ms"],
+        body["rebalance_timeout_ms"],
+        base64.b64decode(body["subscription"]),
+        base64.b64decode(body["assignment"]),
+    )
