@@ -9,6 +9,8 @@ import signal
 import sys
 from pathlib import Path
 
+from onceflow.admin.commands import COMMANDS as ADMIN_COMMANDS
+from onceflow.admin.commands import add_admin_commands, run_admin_command
 from onceflow.broker.config import BrokerConfig, ConfigError, parse_assignments
 
 
@@ -28,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     demo = commands.add_parser("demo", help="the main job: an idempotent round trip on an embedded broker")
     demo.add_argument("--messages", type=int, default=10_000)
 
+    add_admin_commands(commands)
+
     args = parser.parse_args(argv)
+    if args.command in ADMIN_COMMANDS:
+        return run_admin_command(args)
     try:
         if args.command == "broker":
             return _run_broker(args)

@@ -1,0 +1,112 @@
+"""`onceflow topics ...` as an operator runs it: a real process against a broker on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from onceflow import EmbeddedBroker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as running:
+        yield running
+
+
+def onceflow(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "onceflow.cli", *args], capture_output=True, text=True, timeout=30
+    )
+
+
+def admin(broker: EmbeddedBroker, *args: str) -> str:
+    """Table output of a command that must succeed."""
+    result = onceflow(*args, "--bootstrap", broker.bootstrap_servers)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def admin_json(broker: EmbeddedBroker, *args: str) -> Any:
+    return json.loads(admin(broker, *args, "--json"))
+
+
+def test_create_list_describe_delete(broker: EmbeddedBroker) -> None:
+    created = admin(
+        broker, "topics", "create", "orders", "--partitions", "3", "--config", "retention.ms=3600000"
+    )
+    assert "created topic 'orders'" in created
+    assert "retention.ms=3600000" in created
+    assert admin_json(broker, "topics", "create", "defaulted")["partitions"] == 1  # num.partitions
+    again = onceflow("topics", "create", "orders", "--bootstrap", broker.bootstrap_servers)
+    assert again.returncode == 1
+    assert "already exists" in again.stderr
+
+    listed = admin(broker, "topics", "list")
+    assert any(line.split()[:2] == ["orders", "3"] for line in listed.splitlines())
+    rows = {row["topic"]: row for row in admin_json(broker, "topics", "list")}
+    assert rows["orders"] == {"topic": "orders", "partitions": 3, "internal": False}
+    assert "defaulted" in rows
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    for index in range(5):
+        producer.produce("orders", f"order-{index}".encode(), partition=1)
+    assert producer.flush(10) == 0
+
+    described = admin(broker, "topics", "describe", "orders")
+    assert "topic orders" in described
+    assert "LSO" in described
+    [topic] = admin_json(broker, "topics", "describe", "orders")
+    offsets = {
+        p["partition"]: (p["start_offset"], p["end_offset"], p["last_stable_offset"])
+        for p in topic["partitions"]
+    }
+    assert offsets == {0: (0, 0, 0), 1: (0, 5, 5), 2: (0, 0, 0)}
+    assert topic["partitions"][0]["leader"] == 0
+
+    assert "deleted topic 'defaulted'" in admin(broker, "topics", "delete", "defaulted")
+    assert "defaulted" not in {row["topic"] for row in admin_json(broker, "topics", "list")}
+
+
+def test_an_unknown_topic_is_one_line_on_stderr(broker: EmbeddedBroker) -> None:
+    result = onceflow("topics", "describe", "no-such-topic", "--bootstrap", broker.bootstrap_servers)
+    assert result.returncode == 1
+    assert result.stderr == "onceflow topics describe: unknown topic 'no-such-topic'\n"
+    assert result.stdout == ""
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("args", [["topics", "describe", "t"], ["txn", "list"]])  # AdminClient, wire client
+def test_an_unreachable_broker_is_reported(args: list[str]) -> None:
+    result = onceflow(*args, "--bootstrap", f"127.0.0.1:{_closed_port()}", "--timeout", "2")
+    assert result.returncode == 1
+    assert "cannot reach a broker at 127.0.0.1:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topics", "list", "--bootstrap", "no-port"],
+        ["groups", "reset-offsets", "g", "--to-earliest", "--to-latest"],
+        ["txn", "abort", "some-id", "--topic", "t"],
+    ],
+)
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    result = onceflow(*args)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
