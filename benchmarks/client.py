@@ -1,0 +1,391 @@
+"""Load client for the benchmarks: one command per process, figures as one JSON line on stdout.
+
+    client.py produce --bootstrap HOST:PORT --topic T --partitions 4 --record-size 1000 --records N
+                      --linger-ms 5 [--commit-interval-ms 100 [--abort-every 10]]
+    client.py consume --bootstrap HOST:PORT --topic T --partitions 4 --min-bytes N
+    client.py read-to-end --bootstrap HOST:PORT --topic T --partitions 4 --isolation-level read_committed
+    client.py latency --bootstrap HOST:PORT --topic T --partitions 4 --rate-bytes 10000000 --seconds 10
+                      --warmup-seconds 1 --fetch-wait-ms 5
+
+The same code runs against the onceflow broker and the librdkafka mock cluster; only
+`--bootstrap` differs. Topics are auto-created by a metadata request, so each broker decides
+the partition count (`num.partitions` for onceflow, 4 on the mock) and the client checks it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import sys
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+_STAMP = struct.Struct(">q")
+_METADATA_TIMEOUT_S = 30.0
+_TRANSACTION_TIMEOUT_S = 60.0
+_IDLE_TIMEOUT_S = 30.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("produce", "consume", "read-to-end", "latency"):
+        command = commands.add_parser(name)
+        command.add_argument("--bootstrap", required=True)
+        command.add_argument("--topic", required=True)
+        command.add_argument("--partitions", type=int, required=True)
+    produce_command = commands.choices["produce"]
+    produce_command.add_argument("--record-size", type=int, required=True)
+    produce_command.add_argument("--records", type=int, required=True)
+    produce_command.add_argument("--linger-ms", type=int, required=True)
+    produce_command.add_argument(
+        "--commit-interval-ms", type=int, default=0, help="produce in transactions this long (0: none)"
+    )
+    produce_command.add_argument(
+        "--abort-every", type=int, default=0, help="abort every N-th transaction, from the first (0: none)"
+    )
+    consume_command = commands.choices["consume"]
+    consume_command.add_argument(
+        "--min-bytes", type=int, required=True, help="read the log again until this much is read"
+    )
+    read_command = commands.choices["read-to-end"]
+    read_command.add_argument(
+        "--isolation-level", choices=("read_committed", "read_uncommitted"), required=True
+    )
+    latency_command = commands.choices["latency"]
+    latency_command.add_argument("--record-size", type=int, default=1000)
+    latency_command.add_argument("--rate-bytes", type=int, required=True, help="steady produce rate, bytes/s")
+    latency_command.add_argument("--seconds", type=float, required=True, help="how long to measure")
+    latency_command.add_argument("--warmup-seconds", type=float, required=True)
+    latency_command.add_argument("--fetch-wait-ms", type=int, required=True)
+    args = parser.parse_args()
+    run = {"produce": produce, "consume": consume, "read-to-end": read_to_end, "latency": latency}[
+        args.command
+    ]
+    print(json.dumps(run(args)), flush=True)
+    return 0
+
+
+def produce(args: argparse.Namespace) -> dict[str, Any]:
+    """Send `--records` records round-robin over the partitions as fast as the producer takes them,
+    idempotent with acks=all, and check that the broker's end offsets grew by as many.
+
+    With `--commit-interval-ms`, the records go in transactions that end once they are that
+    old, with a commit (or, every `--abort-every`-th from the first, an abort); the end offsets
+    then also grow by the control record each transaction leaves in each partition it wrote to.
+    """
+    config = {
+        "bootstrap.servers": args.bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": args.linger_ms,
+    }
+    if args.commit_interval_ms:
+        config["transactional.id"] = f"onceflow-benchmarks-{args.topic}"
+    producer = Producer(config)
+    wait_for_topic(producer, args.topic, args.partitions)
+    offsets_before = end_offsets(args.bootstrap, args.topic, args.partitions)
+    transactions = (
+        Transactions(producer, args.partitions, args.commit_interval_ms / 1000, args.abort_every)
+        if args.commit_interval_ms
+        else None
+    )
+    payload = os.urandom(args.record_size)
+    started = time.perf_counter()
+    if transactions:
+        transactions.begin(0)
+    for index in range(args.records):
+        if transactions and index % 100 == 0:
+            transactions.renew_if_due(index)
+        while True:
+            try:
+                producer.produce(args.topic, payload, partition=index % args.partitions)
+                break
+            except BufferError:
+                # The local queue is full: the broker sets the pace from here on.
+                producer.poll(0.001)
+        if index % 1000 == 0:
+            producer.poll(0)
+    if transactions:
+        transactions.end(args.records)
+    unsent = producer.flush(300)
+    seconds = time.perf_counter() - started
+    if unsent:
+        raise SystemExit(f"{unsent} records were still unsent after the flush timeout")
+    control_records = transactions.control_records if transactions else 0
+    stored = sum(end_offsets(args.bootstrap, args.topic, args.partitions)) - sum(offsets_before)
+    if stored != args.records + control_records:
+        raise SystemExit(
+            f"sent {args.records} records and {control_records} transaction markers"
+            f" but the broker's end offsets grew by {stored}"
+        )
+    figures = {"records": args.records, "bytes": args.records * args.record_size, "seconds": seconds}
+    return {**figures, **transactions.figures()} if transactions else figures
+
+
+class Transactions:
+    """Cuts a run of `produce()` calls into transactions of `interval_s`, counting what each held."""
+
+    def __init__(self, producer: Producer, partitions: int, interval_s: float, abort_every: int) -> None:
+        self.producer = producer
+        self.partitions = partitions
+        self.interval_s = interval_s
+        self.abort_every = abort_every
+        self.committed = self.aborted = 0
+        self.committed_records = self.aborted_records = self.control_records = 0
+        self.seconds_flushing = self.seconds_ending = 0.0
+        self._first_index = 0
+        self._began_at = 0.0
+        producer.init_transactions(_TRANSACTION_TIMEOUT_S)
+
+    def begin(self, first_index: int) -> None:
+        self.producer.begin_transaction()
+        self._first_index = first_index
+        self._began_at = time.perf_counter()
+
+    def renew_if_due(self, next_index: int) -> None:
+        """End the open transaction if it is `interval_s` old, and begin the next one."""
+        if time.perf_counter() - self._began_at >= self.interval_s:
+            self.end(next_index)
+            self.begin(next_index)
+
+    def end(self, next_index: int) -> None:
+        """Commit (or abort) the open transaction, which holds the records up to `next_index`."""
+        records = next_index - self._first_index
+        # Round robin: the transaction wrote to min(records, partitions) partitions, one marker each.
+        self.control_records += min(records, self.partitions)
+        # commit_transaction() and abort_transaction() start by flushing (abort by dropping the
+        # queued records); flushing first times the two steps apart, and puts the records of an
+        # aborted transaction in the log, for a read_committed consumer to skip.
+        started = time.perf_counter()
+        self.producer.flush(_TRANSACTION_TIMEOUT_S)
+        flushed = time.perf_counter()
+        # From the first on, so that even a short run has an abort.
+        if self.abort_every and (self.committed + self.aborted) % self.abort_every == 0:
+            self.producer.abort_transaction(_TRANSACTION_TIMEOUT_S)
+            self.aborted += 1
+            self.aborted_records += records
+        else:
+            self.producer.commit_transaction(_TRANSACTION_TIMEOUT_S)
+            self.committed += 1
+            self.committed_records += records
+        ended = time.perf_counter()
+        self.seconds_flushing += flushed - started
+        self.seconds_ending += ended - flushed
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "transactions_committed": self.committed,
+            "transactions_aborted": self.aborted,
+            "records_committed": self.committed_records,
+            "records_aborted": self.aborted_records,
+            "control_records": self.control_records,
+            "seconds_flushing_before_ending": self.seconds_flushing,
+            "seconds_ending": self.seconds_ending,
+        }
+
+
+def consume(args: argparse.Namespace) -> dict[str, Any]:
+    """Read every partition from its start to its end; repeat until `--min-bytes` were read.
+
+    Repeating lets a broker that keeps only a window of its log (the mock cluster keeps a few
+    MB per partition) be read for as many bytes as one that keeps everything.
+    """
+    consumer = Consumer(consumer_config(args.bootstrap))
+    bounds = [
+        consumer.get_watermark_offsets(TopicPartition(args.topic, partition), timeout=_METADATA_TIMEOUT_S)
+        for partition in range(args.partitions)
+    ]
+    records_per_pass = sum(high - low for low, high in bounds)
+    if records_per_pass == 0:
+        raise SystemExit(f"topic {args.topic} is empty")
+    records = payload_bytes = passes = 0
+    started = time.perf_counter()
+    while passes == 0 or payload_bytes < args.min_bytes:
+        consumer.assign(
+            [TopicPartition(args.topic, partition, low) for partition, (low, _) in enumerate(bounds)]
+        )
+        remaining = records_per_pass
+        while remaining:
+            # Asking for no more than what is left keeps the last call from waiting out its timeout.
+            messages = consumer.consume(min(remaining, 10_000), timeout=30)
+            if not messages:
+                raise SystemExit(f"no records for 30 s with {remaining} of a pass still unread")
+            for message in messages:
+                if message.error():
+                    raise KafkaException(message.error())
+                payload_bytes += len(message.value())
+            remaining -= len(messages)
+            records += len(messages)
+        passes += 1
+    seconds = time.perf_counter() - started
+    consumer.close()
+    return {"records": records, "bytes": payload_bytes, "seconds": seconds, "passes": passes}
+
+
+def read_to_end(args: argparse.Namespace) -> dict[str, Any]:
+    """Read every partition once, from offset 0 to the end of the log for `--isolation-level`.
+
+    The end is where the consumer reports partition EOF: the high watermark for
+    read_uncommitted, the last stable offset for read_committed, which also drops the records
+    of aborted transactions. The end offsets are queried in the same isolation level.
+    """
+    # EOF needs a fetch that comes back empty at the end, and the broker holds that one for
+    # fetch.wait.max.ms (500 ms by default) first; while there is data, fetches return at once.
+    settings = {
+        "isolation.level": args.isolation_level,
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": 10,
+    }
+    consumer = Consumer(consumer_config(args.bootstrap, settings))
+    partitions = [TopicPartition(args.topic, partition, 0) for partition in range(args.partitions)]
+    ends = [
+        consumer.get_watermark_offsets(partition, timeout=_METADATA_TIMEOUT_S)[1] for partition in partitions
+    ]
+    unfinished = set(range(args.partitions))
+    records = payload_bytes = 0
+    started = last_message_at = time.perf_counter()
+    consumer.assign(partitions)
+    while unfinished:
+        # A short wait: a batch call returns only when full or timed out, so the call that
+        # takes the last EOF waits this out.
+        messages = consumer.consume(10_000, timeout=0.01)
+        now = time.perf_counter()
+        if not messages:
+            if now - last_message_at > _IDLE_TIMEOUT_S:
+                raise SystemExit(
+                    f"no records for {_IDLE_TIMEOUT_S:.0f} s before the end of {sorted(unfinished)}"
+                )
+            continue
+        last_message_at = now
+        for message in messages:
+            error = message.error()
+            if error is None:
+                payload_bytes += len(message.value())
+                records += 1
+            elif error.code() == KafkaError._PARTITION_EOF:
+                unfinished.discard(message.partition())
+            else:
+                raise KafkaException(error)
+    seconds = time.perf_counter() - started
+    positions = [partition.offset for partition in consumer.position(partitions)]
+    consumer.close()
+    if positions != ends:
+        raise SystemExit(f"stopped at offsets {positions}, but the ends were {ends}")
+    return {"records": records, "bytes": payload_bytes, "seconds": seconds, "end_offsets": ends}
+
+
+def latency(args: argparse.Namespace) -> dict[str, Any]:
+    """Produce at a steady rate and time each record from `produce()` to its arrival in the consumer.
+
+    One thread does both, in 1 ms ticks: send the records that are due, then poll the consumer
+    until the next tick. Both ends read the same monotonic clock, so no clock skew enters.
+    """
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 0,
+        }
+    )
+    wait_for_topic(producer, args.topic, args.partitions)
+    consumer = Consumer(consumer_config(args.bootstrap, {"fetch.wait.max.ms": args.fetch_wait_ms}))
+    starts = end_offsets(args.bootstrap, args.topic, args.partitions)
+    consumer.assign(
+        [TopicPartition(args.topic, partition, starts[partition]) for partition in range(args.partitions)]
+    )
+    padding = os.urandom(args.record_size - _STAMP.size)
+    seconds_per_record = args.record_size / args.rate_bytes
+    started = time.monotonic()
+    measure_from_ns = int((started + args.warmup_seconds) * 1e9)
+    stop_at = started + args.warmup_seconds + args.seconds
+    sent = measured_sent = 0
+    latencies_ns: list[int] = []
+
+    def receive_until(deadline: float) -> None:
+        while (remaining := deadline - time.monotonic()) > 0:
+            # librdkafka counts whole milliseconds; rounding up avoids a busy loop on 0 ms polls.
+            message = consumer.poll(max(remaining, 0.001))
+            if message is None:
+                continue
+            if message.error():
+                raise KafkaException(message.error())
+            received_ns = time.monotonic_ns()
+            (sent_ns,) = _STAMP.unpack_from(message.value())
+            if sent_ns >= measure_from_ns:
+                latencies_ns.append(received_ns - sent_ns)
+
+    while (now := time.monotonic()) < stop_at:
+        due = int((now - started) / seconds_per_record)
+        while sent < due:
+            sent_ns = time.monotonic_ns()
+            producer.produce(args.topic, _STAMP.pack(sent_ns) + padding, partition=sent % args.partitions)
+            sent += 1
+            measured_sent += sent_ns >= measure_from_ns
+        producer.poll(0)
+        receive_until(now + 0.001)
+    sending_seconds = time.monotonic() - started
+    drain_deadline = time.monotonic() + 10
+    while len(latencies_ns) < measured_sent and time.monotonic() < drain_deadline:
+        producer.poll(0)
+        receive_until(time.monotonic() + 0.01)
+    producer.flush(30)
+    consumer.close()
+    if len(latencies_ns) < 100:
+        raise SystemExit(f"only {len(latencies_ns)} records arrived; cannot compute percentiles")
+    percentiles = statistics.quantiles(latencies_ns, n=100, method="inclusive")
+    return {
+        "records_sent": sent,
+        "records_measured": measured_sent,
+        "records_received": len(latencies_ns),
+        "achieved_bytes_per_s": sent * args.record_size / sending_seconds,
+        "p50_ms": percentiles[49] / 1e6,
+        "p99_ms": percentiles[98] / 1e6,
+        "max_ms": max(latencies_ns) / 1e6,
+        "mean_ms": statistics.fmean(latencies_ns) / 1e6,
+    }
+
+
+def consumer_config(bootstrap: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    # Partitions are assigned by hand; the group id is only there because the client wants one.
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": "onceflow-benchmarks",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        **(extra or {}),
+    }
+
+
+def wait_for_topic(producer: Producer, topic: str, partitions: int) -> None:
+    """Auto-create `topic` with a metadata request and check the broker gave it `partitions`."""
+    deadline = time.monotonic() + _METADATA_TIMEOUT_S
+    while time.monotonic() < deadline:
+        metadata = producer.list_topics(topic, timeout=_METADATA_TIMEOUT_S).topics[topic]
+        if metadata.error is None and metadata.partitions:
+            if len(metadata.partitions) != partitions:
+                raise SystemExit(f"{topic} has {len(metadata.partitions)} partitions, expected {partitions}")
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"{topic} was not created within {_METADATA_TIMEOUT_S:.0f} s")
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer(consumer_config(bootstrap))
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=_METADATA_TIMEOUT_S)[1]
+            for partition in range(partitions)
+        ]
+    finally:
+        consumer.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The processes a benchmark run starts: brokers (onceflow and the mock cluster) and load clients.
+
+Every broker and client is its own OS process, so on a 2-core machine the client's Python work
+does not share an interpreter (or a GIL) with the broker it measures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+BENCHMARKS_DIR = Path(__file__).resolve().parent
+CLIENT_SCRIPT = BENCHMARKS_DIR / "client.py"
+MOCK_BROKER_SCRIPT = BENCHMARKS_DIR / "mock_broker.py"
+
+_LISTENING = re.compile(r"listening on (\S+):(\d+)")
+
+
+class BenchmarkError(RuntimeError):
+    """A broker or client did not do what the benchmark needs; the run stops."""
+
+
+class BrokerProcess:
+    """A broker child process that announces `... listening on HOST:PORT` on stdout."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.bootstrap = ""
+        self._process: subprocess.Popen[str] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, f"{self.name} is not running"
+        return self._process.pid
+
+    def start(self, timeout_s: float = 120.0) -> float:
+        """Start the process; return the seconds from spawn to its listening line."""
+        with self.log_path.open("a") as log:
+            started = time.perf_counter()
+            # A session of its own: Ctrl-C reaches only the harness, which then stops the broker.
+            self._process = subprocess.Popen(
+                self.argv, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+            )
+        assert self._process.stdout is not None
+        deadline = started + timeout_s
+        while True:
+            remaining = deadline - time.perf_counter()
+            ready, _, _ = select.select([self._process.stdout], [], [], max(remaining, 0))
+            if not ready:
+                self.kill()
+                raise BenchmarkError(
+                    f"{self.name} did not start within {timeout_s:.0f} s: {_tail(self.log_path)}"
+                )
+            line = self._process.stdout.readline()
+            elapsed = time.perf_counter() - started
+            if not line:
+                self.kill()
+                raise BenchmarkError(f"{self.name} exited before listening: {_tail(self.log_path)}")
+            match = _LISTENING.search(line)
+            if match:
+                self.bootstrap = f"{match.group(1)}:{match.group(2)}"
+                return elapsed
+
+    def stop(self, timeout_s: float = 60.0) -> float:
+        """SIGTERM (a clean shutdown); return the seconds it took to exit."""
+        return self._end(signal.SIGTERM, timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, as far as the broker's data directory is concerned."""
+        self._end(signal.SIGKILL, 30.0)
+
+    def _end(self, signum: signal.Signals, timeout_s: float) -> float:
+        if self._process is None:
+            return 0.0
+        process, self._process = self._process, None
+        started = time.perf_counter()
+        if process.poll() is None:
+            process.send_signal(signum)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise BenchmarkError(f"{self.name} ignored {signum.name} for {timeout_s:.0f} s") from None
+        assert process.stdout is not None
+        process.stdout.close()
+        if signum == signal.SIGTERM and process.returncode != 0:
+            raise BenchmarkError(f"{self.name} exited with {process.returncode}: {_tail(self.log_path)}")
+        return time.perf_counter() - started
+
+    def memory(self) -> dict[str, int]:
+        """Resident set size now (VmRSS) and at its peak so far (VmHWM), in bytes."""
+        figures = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                figures[key] = int(value.split()[0]) * 1024
+        return figures
+
+    def __enter__(self) -> BrokerProcess:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.kill()
+
+
+def onceflow_broker(data_dir: Path, settings: Mapping[str, str], log_dir: Path) -> BrokerProcess:
+    argv = [sys.executable, "-m", "onceflow.cli", "broker", "--listen", "127.0.0.1:0"]
+    argv += ["--data-dir", str(data_dir)]
+    for key, value in settings.items():
+        argv += ["--set", f"{key}={value}"]
+    return BrokerProcess("onceflow broker", argv, log_dir / "onceflow-broker.log")
+
+
+def mock_broker(log_dir: Path) -> BrokerProcess:
+    return BrokerProcess(
+        "mock cluster", [sys.executable, str(MOCK_BROKER_SCRIPT)], log_dir / "mock-broker.log"
+    )
+
+
+def run_client(command: str, options: Mapping[str, Any], timeout_s: float, log_dir: Path) -> dict[str, Any]:
+    """Run one `client.py` command in its own process and return the JSON figures it prints."""
+    argv = [sys.executable, str(CLIENT_SCRIPT), command]
+    for key, value in options.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    log_path = log_dir / "client.log"
+    with log_path.open("w") as log:
+        try:
+            # subprocess.run kills the client on a timeout and on any exception, Ctrl-C included.
+            finished = subprocess.run(argv, stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise BenchmarkError(
+                f"{' '.join(argv[1:])} took over {timeout_s:.0f} s:\n{_tail(log_path)}"
+            ) from None
+    if finished.returncode != 0:
+        raise BenchmarkError(f"{' '.join(argv[1:])} failed ({finished.returncode}):\n{_tail(log_path)}")
+    figures: dict[str, Any] = json.loads(finished.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text().splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,134 @@
+"""Benchmark onceflow against its references, side by side in one run (`make bench`).
+
+    .venv/bin/python benchmarks/run.py [--quick] [--only SCENARIO ...]
+
+SCENARIO: throughput, latency, restart, transactions, isolation.
+
+Prints a table of onceflow figures, reference figures and their ratios, and writes every raw
+figure to benchmarks/results/<UTC timestamp>.json and benchmarks/results/latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import signal
+import sys
+import tempfile
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from processes import BENCHMARKS_DIR, BenchmarkError
+from rich.console import Console
+from rich.table import Table
+from scenarios import FULL, QUICK, SCENARIOS, TARGETS, Row, Run
+
+RESULTS_DIR = BENCHMARKS_DIR / "results"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test (under a minute)")
+    parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these scenarios")
+    args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the brokers and temporary files are cleaned up either way.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    selected = args.only or list(SCENARIOS)
+    sizes = QUICK if args.quick else FULL
+    # Rich falls back to 80 columns when piped, which wraps the table; logs can afford more.
+    console = Console() if sys.stdout.isatty() else Console(width=140)
+    started = datetime.now(UTC)
+    machine = machine_info()
+    figures: dict[str, Any] = {}
+    rows: list[Row] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="onceflow-bench-") as work_dir:
+            run = Run(Path(work_dir), sizes, console)
+            for name in selected:
+                console.print(f"[bold]{name}[/bold]")
+                outcome = SCENARIOS[name](run)
+                figures[name] = outcome.figures
+                rows += outcome.rows
+    except BenchmarkError as error:
+        console.print(f"[red]benchmark failed:[/red] {error}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/red]")
+        return 130
+    finished = datetime.now(UTC)
+    console.print(results_table(rows))
+    report = {
+        "started_at": started.isoformat(),
+        "finished_at": finished.isoformat(),
+        "seconds": (finished - started).total_seconds(),
+        "quick": args.quick,
+        "scenarios": selected,
+        "machine": machine,
+        "load_average_after": os.getloadavg(),
+        "sizes": dataclasses.asdict(sizes),
+        "targets": {text: dataclasses.asdict(target) for text, target in TARGETS.items()},
+        "rows": [row.as_json() for row in rows],
+        "figures": figures,
+    }
+    path = write_report(report, started)
+    console.print(f"results: {path} ({report['seconds']:.0f} s)")
+    return 0
+
+
+def results_table(rows: list[Row]) -> Table:
+    table = Table(title="onceflow benchmarks (ratio = onceflow / reference, both measured in this run)")
+    for column in ("scenario", "onceflow", "reference", "ratio", "target", "result"):
+        table.add_column(column, justify="left" if column == "scenario" else "right")
+    for row in rows:
+        result = {None: "", True: "[green]pass[/green]", False: "[red]miss[/red]"}[row.passed]
+        table.add_row(
+            row.scenario,
+            f"{row.onceflow:,.2f} {row.unit}",
+            f"{row.reference_name} {row.reference:,.2f} {row.unit}",
+            f"{row.ratio:.2f}",
+            row.target.text if row.target else "",
+            result,
+        )
+    return table
+
+
+def machine_info() -> dict[str, Any]:
+    cpu_model = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu_model = line.partition(":")[2].strip()
+            break
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        "load_average_before": os.getloadavg(),
+        "platform": platform.platform(),
+        "python": sys.version,
+        "confluent_kafka": metadata.version("confluent-kafka"),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "onceflow": metadata.version("onceflow"),
+        "temp_dir": tempfile.gettempdir(),
+    }
+
+
+def write_report(report: dict[str, Any], started: datetime) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report, indent=2) + "\n"
+    path = RESULTS_DIR / f"{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(text)
+    (RESULTS_DIR / "latest.json").write_text(text)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,595 @@
+"""The benchmark scenarios. Each runs onceflow and its reference side by side and returns rows.
+
+A row is one onceflow figure, the reference figure measured in the same run (the librdkafka
+mock cluster, the disk's dd bandwidth, the same broker with an empty data directory, or the
+same broker without transactions) and their ratio, so a noisy shared machine slows both sides
+of a comparison alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from processes import BenchmarkError, BrokerProcess, mock_broker, onceflow_broker, run_client
+from rich.console import Console
+
+MB = 1_000_000  # decimal megabytes, as dd reports them
+RECORD_SIZES = (1000, 100)
+THROUGHPUT_PARTITIONS = 4  # the mock cluster auto-creates topics with 4 partitions
+STORAGE_PARTITIONS = 100
+# Also in --quick: smaller writes can end in a cache below the filesystem and overstate the disk.
+DD_MIB = 1024
+LATENCY_RATE_BYTES = 10 * MB
+# The mock answers a fetch that finds no data only after fetch.wait.max.ms (new data does not
+# wake it), so the consumer's wait bounds the reference's latency; keep it small.
+LATENCY_FETCH_WAIT_MS = 5
+TRANSACTION_RECORD_SIZE = 1000
+COMMIT_INTERVAL_MS = 100
+ABORT_EVERY = 10  # in the log read by both isolation levels, so read_committed has aborts to skip
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    produce_bytes: dict[int, int]  # record size -> bytes to produce
+    latency_seconds: float
+    latency_warmup_seconds: float
+    fill_bytes: int
+    transactional_produce_bytes: int  # per run, for the idempotent and the transactional producer
+    isolation_log_bytes: int  # the transactional log both isolation levels read
+    # Runs of each side of a transactions comparison, alternating, so that the disk's
+    # slow spells hit both sides; the rows show the medians.
+    rounds: int
+
+
+FULL = Sizes(
+    produce_bytes={1000: 500 * MB, 100: 100 * MB},
+    latency_seconds=10.0,
+    latency_warmup_seconds=1.0,
+    fill_bytes=1000 * MB,
+    transactional_produce_bytes=500 * MB,
+    isolation_log_bytes=1000 * MB,
+    rounds=3,
+)
+QUICK = Sizes(
+    produce_bytes={1000: 200 * MB, 100: 20 * MB},
+    latency_seconds=2.0,
+    latency_warmup_seconds=0.5,
+    fill_bytes=100 * MB,
+    transactional_produce_bytes=100 * MB,
+    isolation_log_bytes=100 * MB,
+    rounds=2,
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    text: str
+    on_ratio: bool  # compare the ratio (at least `limit`) instead of the onceflow figure (under `limit`)
+    limit: float
+
+    def met(self, onceflow: float, ratio: float) -> bool:
+        return ratio >= self.limit if self.on_ratio else onceflow < self.limit
+
+
+PRODUCE_VS_DISK = Target("ratio ≥ 0.5", on_ratio=True, limit=0.5)
+CONSUME_VS_PRODUCE = Target("ratio ≥ 1", on_ratio=True, limit=1.0)
+LATENCY_P99 = Target("< 10 ms", on_ratio=False, limit=10.0)
+RESTART = Target("< 3 s", on_ratio=False, limit=3.0)
+RSS = Target("< 200 MB", on_ratio=False, limit=200.0)
+TRANSACTIONAL_VS_IDEMPOTENT = Target("ratio ≥ 0.95", on_ratio=True, limit=0.95)
+COMMITTED_VS_UNCOMMITTED = Target("ratio ≥ 0.95", on_ratio=True, limit=0.95)
+TARGETS = {
+    "produce 1 KB records, MB/s, vs dd fdatasync": PRODUCE_VS_DISK,
+    "consume MB/s vs produce MB/s, per record size": CONSUME_VS_PRODUCE,
+    "produce-to-consume p99 at 10 MB/s, ms": LATENCY_P99,
+    "restart with 1 GB of log, after SIGTERM and after SIGKILL, s": RESTART,
+    "broker RSS with 100 partitions and 1 GB on disk, MB": RSS,
+    "transactional produce MB/s, 1 KB records, a commit every 100 ms, vs idempotent": (
+        TRANSACTIONAL_VS_IDEMPOTENT
+    ),
+    "read_committed vs read_uncommitted, time to the end of the same log": COMMITTED_VS_UNCOMMITTED,
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    unit: str
+    onceflow: float
+    reference: float
+    reference_name: str
+    target: Target | None = None
+
+    @property
+    def ratio(self) -> float:
+        return self.onceflow / self.reference
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.target is None else self.target.met(self.onceflow, self.ratio)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            **dataclasses.asdict(self),
+            "ratio": self.ratio,
+            "passed": self.passed,
+        }
+
+
+@dataclass
+class Outcome:
+    figures: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rows: list[Row] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every scenario needs: where to put files, how big to go, where to report progress."""
+
+    work_dir: Path
+    sizes: Sizes
+    console: Console
+
+    def step(self, text: str) -> None:
+        self.console.print(f"[dim]  {text}[/dim]")
+
+    def new_dir(self, name: str) -> Path:
+        path = self.work_dir / name
+        path.mkdir()
+        return path
+
+    def client(self, command: str, timeout_s: float, **options: Any) -> dict[str, Any]:
+        return run_client(command, options, timeout_s, self.work_dir)
+
+
+def throughput(run: Run) -> Outcome:
+    """dd's fdatasync bandwidth, then produce and consume through onceflow and the mock cluster."""
+    outcome = Outcome()
+    disk = measure_disk(run)
+    outcome.figures["disk"] = disk
+    with (
+        onceflow_broker(
+            run.new_dir("throughput-data"), {"num.partitions": str(THROUGHPUT_PARTITIONS)}, run.work_dir
+        ) as onceflow,
+        mock_broker(run.work_dir) as mock,
+    ):
+        onceflow.start()
+        mock.start()
+        brokers = {"onceflow": onceflow, "mock": mock}
+        produced: dict[int, dict[str, Any]] = {}
+        for record_size in RECORD_SIZES:
+            produced[record_size] = {
+                name: _produce(
+                    run, broker, f"produce-{record_size}", record_size, run.sizes.produce_bytes[record_size]
+                )
+                for name, broker in brokers.items()
+            }
+        consumed = {
+            record_size: {name: _consume(run, broker, record_size) for name, broker in brokers.items()}
+            for record_size in RECORD_SIZES
+        }
+        onceflow.stop()
+        mock.stop()
+    outcome.figures["produce"] = produced
+    outcome.figures["consume"] = consumed
+    for record_size in RECORD_SIZES:
+        label = _record_label(record_size)
+        produce_rate = produced[record_size]["onceflow"]["mb_per_s"]
+        outcome.rows.append(
+            Row(
+                f"produce {label} records",
+                "MB/s",
+                produce_rate,
+                produced[record_size]["mock"]["mb_per_s"],
+                "mock",
+            )
+        )
+        if record_size == 1000:
+            outcome.rows.append(
+                Row(
+                    f"produce {label} vs disk",
+                    "MB/s",
+                    produce_rate,
+                    disk["mb_per_s"],
+                    "dd fdatasync",
+                    PRODUCE_VS_DISK,
+                )
+            )
+    for record_size in RECORD_SIZES:
+        label = _record_label(record_size)
+        consume_rate = consumed[record_size]["onceflow"]["mb_per_s"]
+        outcome.rows.append(
+            Row(
+                f"consume {label} records",
+                "MB/s",
+                consume_rate,
+                consumed[record_size]["mock"]["mb_per_s"],
+                "mock",
+            )
+        )
+        outcome.rows.append(
+            Row(
+                f"consume {label} vs produce",
+                "MB/s",
+                consume_rate,
+                produced[record_size]["onceflow"]["mb_per_s"],
+                "onceflow produce",
+                CONSUME_VS_PRODUCE,
+            )
+        )
+    return outcome
+
+
+def measure_disk(run: Run) -> dict[str, Any]:
+    """Sequential write bandwidth with one fdatasync at the end, on the data dirs' filesystem."""
+    target = run.work_dir / "dd.bin"
+    run.step(f"dd {DD_MIB} MiB conv=fdatasync into {run.work_dir}")
+    command = ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={DD_MIB}", "conv=fdatasync"]
+    try:
+        finished = subprocess.run(
+            command, capture_output=True, text=True, timeout=300, env={"LC_ALL": "C", "PATH": "/usr/bin:/bin"}
+        )
+    finally:
+        target.unlink(missing_ok=True)
+    # e.g. "1073741824 bytes (1.1 GB, 1.0 GiB) copied, 3.54581 s, 303 MB/s"
+    match = re.search(r"^(\d+) bytes .* copied, ([\d.]+) s", finished.stderr, re.MULTILINE)
+    if finished.returncode != 0 or match is None:
+        raise BenchmarkError(f"dd failed ({finished.returncode}): {finished.stderr.strip()}")
+    written, seconds = int(match.group(1)), float(match.group(2))
+    return {
+        "command": " ".join(command),
+        "bytes": written,
+        "seconds": seconds,
+        "mb_per_s": written / seconds / MB,
+    }
+
+
+def _produce(
+    run: Run,
+    broker: BrokerProcess,
+    topic: str,
+    record_size: int,
+    total_bytes: int,
+    commit_interval_ms: int = 0,
+    abort_every: int = 0,
+) -> dict[str, Any]:
+    """Produce to a 4-partition topic, acks=all, linger.ms=5: idempotent, or in transactions."""
+    records = total_bytes // record_size
+    mode = f"a commit every {commit_interval_ms} ms" if commit_interval_ms else "idempotent"
+    if abort_every:
+        mode += f", every {abort_every}th transaction aborted"
+    run.step(f"produce {records:,} x {record_size} B, acks=all, {mode}, linger.ms=5 -> {broker.name} {topic}")
+    figures = run.client(
+        "produce",
+        timeout_s=600,
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        partitions=THROUGHPUT_PARTITIONS,
+        record_size=record_size,
+        records=records,
+        linger_ms=5,
+        commit_interval_ms=commit_interval_ms,
+        abort_every=abort_every,
+    )
+    return _with_rates(figures)
+
+
+def _consume(run: Run, broker: BrokerProcess, record_size: int) -> dict[str, Any]:
+    wanted = run.sizes.produce_bytes[record_size]
+    run.step(f"consume {wanted / MB:,.0f} MB of {record_size} B records <- {broker.name}")
+    figures = run.client(
+        "consume",
+        timeout_s=600,
+        bootstrap=broker.bootstrap,
+        topic=f"produce-{record_size}",
+        partitions=THROUGHPUT_PARTITIONS,
+        min_bytes=wanted,
+    )
+    return _with_rates(figures)
+
+
+def latency(run: Run) -> Outcome:
+    """Produce-to-consume latency at a steady 10 MB/s of 1 KB records, acks=all, linger.ms=0."""
+    outcome = Outcome()
+    with (
+        onceflow_broker(
+            run.new_dir("latency-data"), {"num.partitions": str(THROUGHPUT_PARTITIONS)}, run.work_dir
+        ) as onceflow,
+        mock_broker(run.work_dir) as mock,
+    ):
+        onceflow.start()
+        mock.start()
+        for name, broker in (("onceflow", onceflow), ("mock", mock)):
+            run.step(
+                f"{run.sizes.latency_seconds:.0f} s at {LATENCY_RATE_BYTES / MB:.0f} MB/s -> {broker.name}"
+            )
+            outcome.figures[name] = run.client(
+                "latency",
+                timeout_s=run.sizes.latency_seconds + 120,
+                bootstrap=broker.bootstrap,
+                topic="latency",
+                partitions=THROUGHPUT_PARTITIONS,
+                rate_bytes=LATENCY_RATE_BYTES,
+                seconds=run.sizes.latency_seconds,
+                warmup_seconds=run.sizes.latency_warmup_seconds,
+                fetch_wait_ms=LATENCY_FETCH_WAIT_MS,
+            )
+        onceflow.stop()
+        mock.stop()
+    outcome.figures["fetch_wait_max_ms"] = LATENCY_FETCH_WAIT_MS
+    for key, text, target in (
+        ("p50_ms", "p50", None),
+        ("p99_ms", "p99", LATENCY_P99),
+        ("max_ms", "max", None),
+    ):
+        outcome.rows.append(
+            Row(
+                f"latency {text} at 10 MB/s",
+                "ms",
+                outcome.figures["onceflow"][key],
+                outcome.figures["mock"][key],
+                "mock",
+                target,
+            )
+        )
+    return outcome
+
+
+def restart(run: Run) -> Outcome:
+    """Fill 100 partitions with ~1 GB, time restarts after SIGKILL and after SIGTERM, read RSS.
+
+    The filling broker writes no recovery checkpoint (its checkpoint interval is an hour), so
+    the restart after SIGKILL must verify the whole log: the worst case. Both restarts are
+    compared with a start on an empty data directory, which is mostly the interpreter's own
+    start-up; RSS is compared with that empty broker's.
+    """
+    outcome = Outcome()
+    figures = outcome.figures
+    settings = {"num.partitions": str(STORAGE_PARTITIONS)}
+    with onceflow_broker(run.new_dir("empty-data"), settings, run.work_dir) as broker:
+        run.step("start on an empty data dir")
+        figures["empty_start_s"] = broker.start()
+        figures["empty_memory"] = broker.memory()
+        broker.stop()
+
+    data_dir = run.new_dir("storage-data")
+    no_checkpoint = {**settings, "log.flush.interval.ms": "3600000"}
+    with onceflow_broker(data_dir, no_checkpoint, run.work_dir) as broker:
+        broker.start()
+        records = run.sizes.fill_bytes // 1000
+        run.step(f"fill {records:,} x 1000 B over {STORAGE_PARTITIONS} partitions -> {broker.name}")
+        figures["fill"] = _with_rates(
+            run.client(
+                "produce",
+                timeout_s=900,
+                bootstrap=broker.bootstrap,
+                topic="storage",
+                partitions=STORAGE_PARTITIONS,
+                record_size=1000,
+                records=records,
+                linger_ms=20,
+            )
+        )
+        broker.kill()
+    figures["bytes_on_disk"] = _bytes_under(data_dir)
+    figures["records_checkpointed_at_kill"] = _checkpointed_records(data_dir)
+
+    with onceflow_broker(data_dir, settings, run.work_dir) as broker:
+        run.step("restart after SIGKILL")
+        figures["restart_after_kill_s"] = broker.start()
+        figures["shutdown_s"] = broker.stop()
+        run.step("restart after SIGTERM")
+        figures["restart_after_term_s"] = broker.start()
+        figures["memory_after_restart"] = broker.memory()
+        run.step(f"read all {STORAGE_PARTITIONS} partitions back <- {broker.name}")
+        figures["read"] = _with_rates(
+            run.client(
+                "consume",
+                timeout_s=900,
+                bootstrap=broker.bootstrap,
+                topic="storage",
+                partitions=STORAGE_PARTITIONS,
+                min_bytes=1,
+            )
+        )
+        figures["memory_after_read"] = broker.memory()
+        broker.stop()
+
+    on_disk = f"{figures['bytes_on_disk'] / MB:,.0f} MB"
+    empty_rss = figures["empty_memory"]["VmRSS"] / MB
+    outcome.rows += [
+        Row(
+            f"restart after SIGKILL, {on_disk}, no checkpoint",
+            "s",
+            figures["restart_after_kill_s"],
+            figures["empty_start_s"],
+            "empty dir",
+            RESTART,
+        ),
+        Row(
+            f"restart after SIGTERM, {on_disk}",
+            "s",
+            figures["restart_after_term_s"],
+            figures["empty_start_s"],
+            "empty dir",
+            RESTART,
+        ),
+        Row(
+            f"RSS after restart, {STORAGE_PARTITIONS} partitions",
+            "MB",
+            figures["memory_after_restart"]["VmRSS"] / MB,
+            empty_rss,
+            "empty dir",
+            RSS,
+        ),
+        Row(
+            f"peak RSS after reading {on_disk}",
+            "MB",
+            figures["memory_after_read"]["VmHWM"] / MB,
+            empty_rss,
+            "empty dir",
+            RSS,
+        ),
+    ]
+    return outcome
+
+
+def transactions(run: Run) -> Outcome:
+    """An idempotent and a transactional producer, alternately, each at its maximum rate.
+
+    The transactional one commits once its transaction is 100 ms old, so its figure includes
+    waiting for every commit: the producer's queue drains before each one.
+    """
+    outcome = Outcome()
+    produced: dict[str, list[dict[str, Any]]] = {"idempotent": [], "transactional": []}
+    with onceflow_broker(
+        run.new_dir("transactions-data"), {"num.partitions": str(THROUGHPUT_PARTITIONS)}, run.work_dir
+    ) as broker:
+        broker.start()
+        for round_number in range(1, run.sizes.rounds + 1):
+            for mode, commit_interval_ms in (("idempotent", 0), ("transactional", COMMIT_INTERVAL_MS)):
+                produced[mode].append(
+                    _produce(
+                        run,
+                        broker,
+                        f"{mode}-{round_number}",
+                        TRANSACTION_RECORD_SIZE,
+                        run.sizes.transactional_produce_bytes,
+                        commit_interval_ms,
+                    )
+                )
+        broker.stop()
+    medians = {
+        mode: statistics.median(figures["mb_per_s"] for figures in runs) for mode, runs in produced.items()
+    }
+    outcome.figures = {**produced, "median_mb_per_s": medians, "commit_interval_ms": COMMIT_INTERVAL_MS}
+    commits = "/".join(str(figures["transactions_committed"]) for figures in produced["transactional"])
+    record_label = _record_label(TRANSACTION_RECORD_SIZE)
+    outcome.rows.append(
+        Row(
+            f"produce {record_label}, {COMMIT_INTERVAL_MS} ms txns ({commits} commits)",
+            "MB/s",
+            medians["transactional"],
+            medians["idempotent"],
+            "idempotent",
+            TRANSACTIONAL_VS_IDEMPOTENT,
+        )
+    )
+    return outcome
+
+
+def isolation(run: Run) -> Outcome:
+    """Fill a topic in transactions, some aborted, then read it to its end in both isolation levels.
+
+    read_committed delivers fewer records (it drops the aborted ones), so the compared figure is
+    the time to reach the end of the same log, given as the log's bytes per second.
+    """
+    outcome = Outcome()
+    reads: dict[str, list[dict[str, Any]]] = {level: [] for level in ISOLATION_LEVELS}
+    with onceflow_broker(
+        run.new_dir("isolation-data"), {"num.partitions": str(THROUGHPUT_PARTITIONS)}, run.work_dir
+    ) as broker:
+        broker.start()
+        log = _produce(
+            run,
+            broker,
+            "isolation",
+            TRANSACTION_RECORD_SIZE,
+            run.sizes.isolation_log_bytes,
+            COMMIT_INTERVAL_MS,
+            ABORT_EVERY,
+        )
+        expected_records = {"read_uncommitted": log["records"], "read_committed": log["records_committed"]}
+        for _ in range(run.sizes.rounds):
+            for level in ISOLATION_LEVELS:
+                run.step(f"read to the end, {level} <- {broker.name}")
+                figures = _with_rates(
+                    run.client(
+                        "read-to-end",
+                        timeout_s=600,
+                        bootstrap=broker.bootstrap,
+                        topic="isolation",
+                        partitions=THROUGHPUT_PARTITIONS,
+                        isolation_level=level,
+                    )
+                )
+                if figures["records"] != expected_records[level]:
+                    raise BenchmarkError(
+                        f"{level} delivered {figures['records']:,} records,"
+                        f" expected {expected_records[level]:,}"
+                    )
+                figures["log_mb_per_s"] = log["bytes"] / figures["seconds"] / MB
+                reads[level].append(figures)
+        broker.stop()
+
+    def medians(key: str, scale: float = 1.0) -> tuple[float, float]:
+        """The read_committed and the read_uncommitted median of one figure."""
+        committed, uncommitted = (
+            statistics.median(figures[key] for figures in reads[level]) / scale
+            for level in ("read_committed", "read_uncommitted")
+        )
+        return committed, uncommitted
+
+    outcome.figures = {"log": log, **reads}
+    transactions_ended = log["transactions_committed"] + log["transactions_aborted"]
+    log_label = f"{log['bytes'] / MB:,.0f} MB, {log['transactions_aborted']}/{transactions_ended} aborted"
+    outcome.rows += [
+        Row(
+            f"read_committed to log end ({log_label})",
+            "MB/s",
+            *medians("log_mb_per_s"),
+            "read_uncommitted",
+            COMMITTED_VS_UNCOMMITTED,
+        ),
+        Row("read_committed, delivered", "MB/s", *medians("mb_per_s"), "read_uncommitted"),
+        Row(
+            "read_committed, delivered",
+            "k rec/s",
+            *medians("records_per_s", scale=1000),
+            "read_uncommitted",
+        ),
+    ]
+    return outcome
+
+
+SCENARIOS: dict[str, Callable[[Run], Outcome]] = {
+    "throughput": throughput,
+    "latency": latency,
+    "restart": restart,
+    "transactions": transactions,
+    "isolation": isolation,
+}
+
+
+def _with_rates(figures: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **figures,
+        "mb_per_s": figures["bytes"] / figures["seconds"] / MB,
+        "records_per_s": figures["records"] / figures["seconds"],
+    }
+
+
+def _record_label(record_size: int) -> str:
+    return "1 KB" if record_size == 1000 else f"{record_size} B"
+
+
+def _checkpointed_records(data_dir: Path) -> int:
+    """The sum of the recovery points: how much of the log a restart may trust without reading it."""
+    checkpoint = data_dir / "recovery-point-offset-checkpoint"
+    if not checkpoint.exists():
+        return 0
+    # Kafka's format: a version line, a count line, then "topic partition offset" lines.
+    entries = [line.split() for line in checkpoint.read_text().splitlines()[2:]]
+    return sum(int(entry[-1]) for entry in entries if len(entry) == 3)
+
+
+def _bytes_under(directory: Path) -> int:
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
