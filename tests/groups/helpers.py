@@ -125,6 +125,23 @@ def commit(
     }
 
 
+def begin_offsets_transaction(client: WireClient, transactional_id: str, group: str) -> int:
+    """A transactional session whose open transaction holds `group`'s offsets, as
+    send_offsets_to_transaction starts one (InitProducerId, AddOffsetsToTxn); its producer id."""
+    session = client.init_producer_id(transactional_id)
+    assert session.error_code == ErrorCode.none
+    added = client.request(
+        25,
+        3,
+        transactional_id=transactional_id,
+        producer_id=session.producer_id,
+        producer_epoch=session.producer_epoch,
+        group_id=group,
+    )
+    assert added.error_code == ErrorCode.none
+    return int(session.producer_id)
+
+
 def txn_commit(
     client: WireClient,
     group: str,

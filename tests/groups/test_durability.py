@@ -16,7 +16,7 @@ from onceflow.coordinator.group_metadata import TopicPartition as Partition
 from onceflow.log.config import LogConfig
 from onceflow.log.manager import LogManager
 from tests.conftest import BrokerProcess
-from tests.groups.helpers import commit, describe, fetch, heartbeat, txn_commit
+from tests.groups.helpers import begin_offsets_transaction, commit, describe, fetch, heartbeat, txn_commit
 from tests.wire import WireClient
 
 TOPIC = "durable"
@@ -53,7 +53,8 @@ def test_offsets_and_groups_survive_a_broker_crash(tmp_path: Path) -> None:
                 consumer.commit(asynchronous=False)  # answered only once durable
         committed = consumer.committed([TopicPartition(TOPIC, p) for p in range(3)], timeout=10)
         with WireClient(process.bootstrap_servers) as client:
-            assert txn_commit(client, "in-flight", 77, {(TOPIC, 0): 12}) == {(TOPIC, 0): ErrorCode.none}
+            producer = begin_offsets_transaction(client, "in-flight-txn", "in-flight")
+            assert txn_commit(client, "in-flight", producer, {(TOPIC, 0): 12}) == {(TOPIC, 0): ErrorCode.none}
             assert commit(client, "simple", {(TOPIC, 1): 5}) == {(TOPIC, 1): ErrorCode.none}
             before = describe(client, "survivors")
 

@@ -16,6 +16,7 @@ from onceflow.coordinator.group import StagedOffset
 from onceflow.coordinator.group_metadata import OffsetAndMetadata, TopicPartition
 from tests.conftest import wait_until
 from tests.groups.helpers import (
+    begin_offsets_transaction,
     commit,
     complete_transaction,
     describe,
@@ -364,8 +365,9 @@ def test_transactional_offsets_stay_pending_until_the_transaction_completes(
 ) -> None:
     p0 = (TOPIC, 0)
     commit(client, "g", {p0: 5})
+    first, second, third = (begin_offsets_transaction(client, f"t{n}", "g") for n in range(3))
     # aiokafka sends v0, which has no member fields.
-    assert txn_commit(client, "g", 1000, {p0: 10}, version=0) == {p0: ErrorCode.none}
+    assert txn_commit(client, "g", first, {p0: 10}, version=0) == {p0: ErrorCode.none}
     assert fetch(client, "g", [p0], require_stable=True) == {p0: (-1, ErrorCode.unstable_offset_commit)}
     assert fetch(client, "g", [p0]) == {p0: (5, ErrorCode.none)}
 
@@ -374,7 +376,7 @@ def test_transactional_offsets_stay_pending_until_the_transaction_completes(
         return (
             groups.has_pending_offsets("g", TOPIC, 0),
             groups.has_pending_offsets("g", TOPIC, 1),
-            groups.staged_offsets(1000),
+            groups.staged_offsets(first),
         )
 
     pending, other_partition, staged = on_broker_loop(broker, inspect)
@@ -383,33 +385,45 @@ def test_transactional_offsets_stay_pending_until_the_transaction_completes(
         ("g", TopicPartition(TOPIC, 0), 10, 0)
     ]
 
-    complete_transaction(broker, 1000, commit=True)
+    complete_transaction(broker, first, commit=True)
     assert fetch(client, "g", [p0], require_stable=True) == {p0: (10, ErrorCode.none)}
-    txn_commit(client, "g", 1001, {p0: 20})
-    complete_transaction(broker, 1001, commit=False)
+    txn_commit(client, "g", second, {p0: 20})
+    complete_transaction(broker, second, commit=False)
     assert fetch(client, "g", [p0], require_stable=True) == {p0: (10, ErrorCode.none)}
     # A plain commit written after the staged one wins when the transaction commits.
-    txn_commit(client, "g", 1002, {p0: 30})
+    txn_commit(client, "g", third, {p0: 30})
     commit(client, "g", {p0: 40})
-    complete_transaction(broker, 1002, commit=True)
+    complete_transaction(broker, third, commit=True)
     assert fetch(client, "g", [p0]) == {p0: (40, ErrorCode.none)}
-    assert txn_commit(client, "", 1003, {p0: 1}) == {p0: ErrorCode.invalid_group_id}
+    assert txn_commit(client, "", third, {p0: 1}) == {p0: ErrorCode.invalid_group_id}
+
+
+def test_transactional_offsets_need_the_group_in_the_open_transaction(client: WireClient) -> None:
+    p0 = (TOPIC, 0)
+    assert txn_commit(client, "g", 4242, {p0: 1}) == {p0: ErrorCode.invalid_producer_id_mapping}
+    producer_id = begin_offsets_transaction(client, "other-group", "h")
+    assert txn_commit(client, "g", producer_id, {p0: 1}) == {p0: ErrorCode.invalid_txn_state}
 
 
 def test_transactional_offsets_check_the_member_kip_447(client: WireClient) -> None:
     p0 = (TOPIC, 0)
     member_id, generation = _stable_member(client, "g", instance_id="i")
-    assert txn_commit(client, "g", 7, {p0: 1}, generation, member_id, "i") == {p0: ErrorCode.none}
-    assert txn_commit(client, "g", 7, {p0: 1}, generation - 1, member_id, "i") == {
+    producer = begin_offsets_transaction(client, "kip-447", "g")
+    assert txn_commit(client, "g", producer, {p0: 1}, generation, member_id, "i") == {p0: ErrorCode.none}
+    assert txn_commit(client, "g", producer, {p0: 1}, generation - 1, member_id, "i") == {
         p0: ErrorCode.illegal_generation
     }
-    assert txn_commit(client, "g", 7, {p0: 1}, generation, "stranger") == {p0: ErrorCode.unknown_member_id}
-    assert txn_commit(client, "g", 7, {p0: 1}, generation, "stranger", "i") == {
+    assert txn_commit(client, "g", producer, {p0: 1}, generation, "stranger") == {
+        p0: ErrorCode.unknown_member_id
+    }
+    assert txn_commit(client, "g", producer, {p0: 1}, generation, "stranger", "i") == {
         p0: ErrorCode.fenced_instance_id
     }
     # Without generation and member the check is skipped, even though the group has members.
-    assert txn_commit(client, "g", 7, {p0: 1}) == {p0: ErrorCode.none}
-    assert txn_commit(client, "g", 7, {(TOPIC, 9): 1}) == {(TOPIC, 9): ErrorCode.unknown_topic_or_partition}
+    assert txn_commit(client, "g", producer, {p0: 1}) == {p0: ErrorCode.none}
+    assert txn_commit(client, "g", producer, {(TOPIC, 9): 1}) == {
+        (TOPIC, 9): ErrorCode.unknown_topic_or_partition
+    }
 
 
 def test_offset_and_metadata_round_trip_in_the_coordinator(broker: EmbeddedBroker) -> None:

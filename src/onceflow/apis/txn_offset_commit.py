@@ -27,7 +27,7 @@ def handle(request: Request) -> Any:
     code = request.broker.transactions.check_offset_commit(
         body.producer_id, body.producer_epoch, body.group_id
     )
-    if code != ErrorCode.none:
+    if code != ErrorCode.none and body.group_id:  # an invalid group id is for the group coordinator
         refused = for_version(code, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED)
         return request.respond(
             throttle_time=0,

@@ -90,9 +90,11 @@ class Broker:
             self.complete_transaction(transactional_id)  # prepared before a crash
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        # A transaction stopped half-way stays Prepare* in its log and completes at the next start.
+        stopping = [*self._tasks, *self._completions.values()]
+        for task in stopping:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*stopping, return_exceptions=True)
         for waiter in self._fetch_waiters:
             waiter.cancel()
         await asyncio.get_running_loop().run_in_executor(self._fsync_threads, self.logs.close)
@@ -105,15 +107,27 @@ class Broker:
         if task is None or task.done():
             task = asyncio.create_task(write_markers(self, transactional_id, now_ms()))
             self._completions[transactional_id] = task
-            task.add_done_callback(lambda _: self._completions.pop(transactional_id, None))
+            task.add_done_callback(lambda done: self._completion_done(transactional_id, done))
         return task
 
+    def _completion_done(self, transactional_id: str, task: asyncio.Task[None]) -> None:
+        self._completions.pop(transactional_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "completing transaction %r failed; it stays prepared until the next start",
+                transactional_id,
+                exc_info=task.exception(),
+            )
+
     async def _transaction_sweep(self) -> None:
-        """Abort transactions past their timeout (fencing their producer) and expire idle ids."""
+        """Abort transactions past their timeout (fencing their producer), finish prepared ones
+        and expire idle ids."""
         interval_s = self.config.get_int("transaction.abort.timed.out.transaction.cleanup.interval.ms") / 1000
         while True:
             await asyncio.sleep(interval_s)
-            for transactional_id in self.transactions.abort_timed_out(now_ms()):
+            self.transactions.abort_timed_out(now_ms())
+            # Newly timed out, and any whose completion failed (a full disk, say): retry.
+            for transactional_id in self.transactions.pending_completions():
                 self.complete_transaction(transactional_id)
             self.transactions.expire_idle_ids(now_ms())
 
