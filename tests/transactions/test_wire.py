@@ -1,0 +1,138 @@
+"""Raw transactional requests: exact error codes per version, the zombie check on Produce, and
+the LSO seen through ListOffsets and Fetch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from onceflow import EmbeddedBroker
+from tests.wire import WireClient, make_batch, produce
+
+TOPIC = "wire-txn"
+
+
+@pytest.fixture
+def client(broker: EmbeddedBroker) -> Iterator[WireClient]:
+    with WireClient(broker.bootstrap_servers) as wire:
+        assert wire.create_topic(TOPIC, 2) == ErrorCode.none
+        yield wire
+
+
+def _add_partitions(client: WireClient, tid: str, pid: int, epoch: int, version: int = 3) -> ErrorCode:
+    response = client.request(
+        24,
+        version,
+        v3_and_below_transactional_id=tid,
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[{"name": TOPIC, "partitions": [0]}],
+    )
+    return ErrorCode(response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+
+
+def _end(client: WireClient, tid: str, pid: int, epoch: int, commit: bool, version: int = 3) -> ErrorCode:
+    response = client.request(
+        26, version, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit
+    )
+    return ErrorCode(response.error_code)
+
+
+def _txn_batch(pid: int, epoch: int, sequence: int, value: bytes) -> bytes:
+    return make_batch([value], pid, epoch, sequence, transactional=True)
+
+
+def test_error_codes_for_wrong_ids_and_epochs_by_version(client: WireClient) -> None:
+    session = client.init_producer_id("w")
+    pid = session.producer_id
+    assert _add_partitions(client, "nobody", pid, 0) == ErrorCode.invalid_producer_id_mapping
+    assert _add_partitions(client, "w", pid + 1, 0) == ErrorCode.invalid_producer_id_mapping
+    assert _add_partitions(client, "w", pid, 1, version=3) == ErrorCode.producer_fenced
+    assert (
+        _add_partitions(client, "w", pid, 1, version=1) == ErrorCode.invalid_producer_epoch
+    )  # before KIP-588
+    assert _end(client, "w", pid, 0, commit=True) == ErrorCode.invalid_txn_state  # nothing is open
+    assert _add_partitions(client, "w", pid, 0) == ErrorCode.none
+    assert _end(client, "w", pid, 5, commit=True, version=0) == ErrorCode.invalid_producer_epoch
+    assert _end(client, "w", pid, 0, commit=True) == ErrorCode.none  # the state stayed consistent
+    assert _end(client, "w", pid, 0, commit=True) == ErrorCode.none  # a retry
+    assert _end(client, "w", pid, 0, commit=False) == ErrorCode.invalid_txn_state
+    too_long = client.request(
+        22, 4, transactional_id="w", transaction_timeout=900_001, producer_id=-1, producer_epoch=-1
+    )
+    assert too_long.error_code == ErrorCode.invalid_transaction_timeout
+
+
+def test_transactional_batches_outside_the_open_transaction_are_refused(client: WireClient) -> None:
+    pid = client.init_producer_id("z").producer_id
+    assert (
+        produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"no txn yet")).error_code
+        == ErrorCode.invalid_txn_state
+    )
+    assert _add_partitions(client, "z", pid, 0) == ErrorCode.none
+    assert (
+        produce(client, TOPIC, 1, _txn_batch(pid, 0, 0, b"not added")).error_code
+        == ErrorCode.invalid_txn_state
+    )
+    assert produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"inside")).error_code == ErrorCode.none
+    assert _end(client, "z", pid, 0, commit=True) == ErrorCode.none
+    # A zombie's late retry after the commit: the partition is no longer in a transaction.
+    late = produce(client, TOPIC, 0, _txn_batch(pid, 0, 1, b"late"))
+    assert late.error_code == ErrorCode.invalid_txn_state
+    fenced = client.init_producer_id("z")  # a new session bumps the epoch
+    assert fenced.producer_epoch == 1
+    stale = produce(client, TOPIC, 0, _txn_batch(pid, 0, 1, b"stale"))
+    assert stale.error_code == ErrorCode.invalid_producer_epoch
+
+
+def test_the_lso_holds_read_committed_back_until_the_marker(client: WireClient) -> None:
+    assert produce(client, TOPIC, 0, make_batch([b"plain"])).base_offset == 0
+    pid = client.init_producer_id("lso").producer_id
+    assert _add_partitions(client, "lso", pid, 0) == ErrorCode.none
+    assert produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"pending")).base_offset == 1
+    assert client.list_offset(TOPIC, 0, isolation_level=1) == 1
+    assert client.list_offset(TOPIC, 0, isolation_level=0) == 2
+    fetched = client.request(
+        1,
+        12,
+        max_wait=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=1,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            {
+                "topic": TOPIC,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    partition = fetched.responses[0].partitions[0]
+    assert (partition.high_watermark, partition.last_stable_offset) == (2, 1)
+    assert _end(client, "lso", pid, 0, commit=False) == ErrorCode.none
+    assert client.list_offset(TOPIC, 0, isolation_level=1) == 3  # past the ABORT marker
+    fetched = client.request(
+        1,
+        12,
+        max_wait=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=1,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            {
+                "topic": TOPIC,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    aborted = fetched.responses[0].partitions[0].aborted_transactions
+    assert [(entry.producer_id, entry.first_offset) for entry in aborted] == [(pid, 1)]
