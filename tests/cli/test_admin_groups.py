@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow import EmbeddedBroker
+from tests.cli.commands import admin, admin_json, onceflow
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,22 +30,6 @@ def broker() -> Iterator[EmbeddedBroker]:
                 producer.produce(TOPIC, f"click-{index}".encode(), partition=partition)
         assert producer.flush(10) == 0
         yield running
-
-
-def onceflow(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "onceflow.cli", *args], capture_output=True, text=True, timeout=30
-    )
-
-
-def admin(broker: EmbeddedBroker, *args: str) -> str:
-    result = onceflow(*args, "--bootstrap", broker.bootstrap_servers)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def admin_json(broker: EmbeddedBroker, *args: str) -> Any:
-    return json.loads(admin(broker, *args, "--json"))
 
 
 def _consumer(broker: EmbeddedBroker, group: str) -> Consumer:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
 from onceflow import EmbeddedBroker
+from tests.cli.commands import admin, admin_json, onceflow
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,23 +18,6 @@ pytestmark = pytest.mark.timeout(60)
 def broker() -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker() as running:
         yield running
-
-
-def onceflow(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "onceflow.cli", *args], capture_output=True, text=True, timeout=30
-    )
-
-
-def admin(broker: EmbeddedBroker, *args: str) -> str:
-    """Table output of a command that must succeed."""
-    result = onceflow(*args, "--bootstrap", broker.bootstrap_servers)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def admin_json(broker: EmbeddedBroker, *args: str) -> Any:
-    return json.loads(admin(broker, *args, "--json"))
 
 
 def test_create_list_describe_delete(broker: EmbeddedBroker) -> None:

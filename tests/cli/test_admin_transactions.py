@@ -6,14 +6,12 @@ consumers stall. The broker's timeout sweep is switched off here, so only the to
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -23,6 +21,7 @@ from onceflow import EmbeddedBroker
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import encode_response, response_type
 from onceflow.protocol.connection import Connection
+from tests.cli.commands import admin, admin_json, onceflow
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -56,22 +55,6 @@ def broker() -> Iterator[EmbeddedBroker]:
         config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "3600000"}
     ) as running:
         yield running
-
-
-def onceflow(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "onceflow.cli", *args], capture_output=True, text=True, timeout=30
-    )
-
-
-def admin(broker: EmbeddedBroker, *args: str) -> str:
-    result = onceflow(*args, "--bootstrap", broker.bootstrap_servers)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def admin_json(broker: EmbeddedBroker, *args: str) -> Any:
-    return json.loads(admin(broker, *args, "--json"))
 
 
 def _create_topic(broker: EmbeddedBroker, topic: str) -> None:
