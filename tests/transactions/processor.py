@@ -14,6 +14,9 @@ import time
 from confluent_kafka import Consumer, Producer
 
 PROCESSING_S = 0.05
+# at-least-once: the time between making the output visible and committing the offsets, the
+# window in which a crash duplicates. Wide enough that random kills hit it reliably.
+COMMIT_GAP_S = 0.2
 
 
 def main(bootstrap: str, slot: str, mode: str) -> None:
@@ -55,7 +58,7 @@ def main(bootstrap: str, slot: str, mode: str) -> None:
             producer.commit_transaction(30)
         else:
             producer.commit_transaction(30)
-            time.sleep(PROCESSING_S)
+            time.sleep(COMMIT_GAP_S)
             consumer.commit(offsets=offsets, asynchronous=False)
 
 
