@@ -74,19 +74,14 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
             lso = log.last_stable_offset(hw)
             limit = min(wanted.partition_max_bytes, budget)
             try:
-                # KIP-74: the first non-empty partition may exceed the limits by one batch;
-                # later ones get nothing rather than more than their share.
-                records = (
-                    log.read(wanted.fetch_offset, limit, lso if read_committed else hw)
-                    if limit or not total
-                    else b""
-                )
+                records = log.read(wanted.fetch_offset, limit, lso if read_committed else hw)
             except LogError as error:
                 partitions.append(
                     _partition_error(wanted.partition, error.error_code, hw, log.log_start_offset)
                 )
                 continue
             if total and len(records) > limit:
+                # KIP-74: only the first non-empty partition may exceed the limits (by one batch).
                 records = b""
             total += len(records)
             budget = max(0, budget - len(records))

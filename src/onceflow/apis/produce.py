@@ -16,7 +16,6 @@ from onceflow.broker.core import now_ms
 from onceflow.log.batch import CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
-from onceflow.log.producer_state import ProducerStateError
 
 API_KEY = 0
 MIN_VERSION = 3
@@ -93,7 +92,7 @@ def _produce_partition(
             )
     try:
         result = log.append(bytearray(records), headers, now_ms())
-    except (LogError, ProducerStateError) as error:
+    except LogError as error:
         return _error(error.error_code, str(error))
     # A duplicate is answered only once its original is durable, too.
     appended.append(log)

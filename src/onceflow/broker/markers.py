@@ -8,19 +8,15 @@ every transactional offset is fsynced.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from onceflow import failpoints
 from onceflow.coordinator.transaction import TxnState
 from onceflow.log.batch import encode_control_batch, validate_batches
-from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
 
 if TYPE_CHECKING:
     from onceflow.broker.core import Broker
-
-log = logging.getLogger(__name__)
 
 COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
 
@@ -40,13 +36,8 @@ async def write_markers(broker: Broker, transactional_id: str, now_ms: int) -> N
         marker = encode_control_batch(
             metadata.producer_id, metadata.producer_epoch, commit, COORDINATOR_EPOCH, now_ms
         )
-        try:
-            partition_log.append(marker, validate_batches(marker), now_ms)
-        except LogError:
-            log.exception(
-                "cannot write the %s marker of %r to %s-%d", commit, transactional_id, topic, partition
-            )
-            raise
+        # A failure (LogError) ends this attempt; Broker logs it and the sweep tries again.
+        partition_log.append(marker, validate_batches(marker), now_ms)
         written.append(partition_log)
         if len(written) == 1 and failpoints.armed("txn.between-markers"):
             partition_log.flush()  # so the crash really comes between a durable marker and the rest

@@ -39,8 +39,8 @@ class TxnState(enum.Enum):
     PREPARE_ABORT = "PrepareAbort"
     COMPLETE_COMMIT = "CompleteCommit"
     COMPLETE_ABORT = "CompleteAbort"
-    DEAD = "Dead"
-    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+    # Kafka's Dead and PrepareEpochFence are not used: expiry writes a tombstone, and fencing
+    # writes PrepareAbort with the bumped epoch.
 
     @property
     def is_prepared(self) -> bool:
@@ -180,7 +180,6 @@ class TransactionCoordinator:
         metadata = self.transactions.get(transactional_id)
         if metadata is None:
             metadata = TransactionMetadata(transactional_id, self._allocate_producer_id(), 0, timeout_ms)
-            metadata.state = TxnState.EMPTY
             self._write(metadata, now_ms)
             return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
         if metadata.state.is_prepared:
@@ -189,20 +188,14 @@ class TransactionCoordinator:
             # The old session may still be alive: fence it and abort what it left open.
             self._fence_and_abort(metadata, now_ms)
             return InitResult(ErrorCode.concurrent_transactions, fenced=transactional_id)
-        if producer_id >= 0 and not self._is_known_session(metadata, producer_id, producer_epoch):
-            return InitResult(ErrorCode.producer_fenced)
-        if (
-            producer_id >= 0
-            and producer_epoch == metadata.last_producer_epoch
-            and producer_id
-            in (
-                metadata.producer_id,
-                metadata.last_producer_id,
-            )
-            and producer_epoch != metadata.producer_epoch
-        ):
-            # A retry of a bump whose answer was lost: answer it again.
-            return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+        if producer_id >= 0:
+            # KIP-360: the caller names its session. The one just replaced is a retry of a bump
+            # whose answer was lost; anything but that or the current one is a fenced zombie.
+            caller = (producer_id, producer_epoch)
+            if caller == (metadata.last_producer_id, metadata.last_producer_epoch):
+                return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+            if caller != (metadata.producer_id, metadata.producer_epoch):
+                return InitResult(ErrorCode.producer_fenced)
         self._bump_epoch(metadata)
         metadata.timeout_ms = timeout_ms
         metadata.state = TxnState.EMPTY
@@ -211,13 +204,6 @@ class TransactionCoordinator:
         metadata.start_ms = -1
         self._write(metadata, now_ms)
         return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
-
-    @staticmethod
-    def _is_known_session(metadata: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
-        """KIP-360: the caller's (id, epoch) must be the current session or the one just replaced."""
-        if producer_id == metadata.producer_id:
-            return producer_epoch in (metadata.producer_epoch, metadata.last_producer_epoch)
-        return producer_id == metadata.last_producer_id and producer_epoch == metadata.last_producer_epoch
 
     def _bump_epoch(self, metadata: TransactionMetadata) -> None:
         metadata.last_producer_id = metadata.producer_id
