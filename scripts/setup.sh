@@ -5,6 +5,10 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+# The store tests start their own PostgreSQL; Debian keeps initdb and pg_ctl off PATH.
+if ! command -v initdb >/dev/null 2>&1 && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+    need_apt+=(postgresql)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq
