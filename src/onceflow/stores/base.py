@@ -36,7 +36,7 @@ class Transaction(Protocol):
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None: ...
 
 
-WriteRows = Callable[[Transaction], None]
+WriteRows = Callable[[Transaction], object]  # what it returns is ignored
 
 # Claiming the batch first locks the query's progress row (or, for its first batch, the key) until
 # commit, so a concurrent applier of the same batch waits and then finds it applied.
