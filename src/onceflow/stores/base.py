@@ -71,7 +71,7 @@ class BatchStore(ABC):
     """
 
     def __init__(self, target: str) -> None:
-        self.target = target
+        self.target = target  # for messages: a URL's password is hidden, so it may not reopen the store
 
     def apply_batch(
         self,
