@@ -1,0 +1,270 @@
+"""The checker, after Jepsen's Kafka workload: it judges a history of sends, acks, polls, commits
+and final reads, and reports every anomaly with the values and offsets involved.
+
+Event types it reads (see `history.py`; every event also has `time`, `process` and `type`):
+- `send` {topic, value} and `ack` {topic, value, partition, offset|None} of producers;
+- `assign` {topic, partitions} and `poll` {topic, isolation, records: [[partition, offset, value]]}
+  of consumers;
+- `read` {topic, isolation, records, ends: [[partition, end offset]]}: the final read of a topic
+  from offset 0 to its end (the LSO for read_committed).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from onceflow.lab.history import Event
+
+Position = tuple[str, int, int]  # topic, partition, offset
+
+LOST_WRITE = "lost-write"
+LOST_DOWNSTREAM = "lost-downstream"
+DUPLICATE = "duplicate"
+ABORTED_READ = "aborted-read"
+INCONSISTENT_OFFSET = "inconsistent-offset"
+NON_MONOTONIC_POLL = "non-monotonic-poll"
+SKIPPING_POLL = "skipping-poll"
+KINDS = (
+    LOST_WRITE,
+    LOST_DOWNSTREAM,
+    DUPLICATE,
+    ABORTED_READ,
+    INCONSISTENT_OFFSET,
+    NON_MONOTONIC_POLL,
+    SKIPPING_POLL,
+)
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    kind: str
+    values: list[str]
+    offsets: list[Position]
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "values": self.values,
+            "offsets": [{"topic": t, "partition": p, "offset": o} for t, p, o in self.offsets],
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class CheckResult:
+    produced: int
+    acknowledged: int
+    delivered: int
+    anomalies: list[Anomaly] = field(default_factory=list)
+
+    def of_kind(self, *kinds: str) -> list[Anomaly]:
+        return [anomaly for anomaly in self.anomalies if anomaly.kind in kinds]
+
+    @property
+    def lost(self) -> int:
+        return len(self.of_kind(LOST_WRITE, LOST_DOWNSTREAM))
+
+    @property
+    def duplicated(self) -> int:
+        return len({value for anomaly in self.of_kind(DUPLICATE) for value in anomaly.values})
+
+    @property
+    def aborted_reads(self) -> int:
+        return len(self.of_kind(ABORTED_READ))
+
+
+class _FinalRead:
+    """The records of one topic in its final reads, by isolation level."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+        self.ends: dict[str, dict[int, int]] = defaultdict(dict)
+
+    def positions(self, isolation: str) -> dict[str, list[tuple[int, int]]]:
+        by_value: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for partition, offset, value in self.records[isolation]:
+            by_value[value].append((partition, offset))
+        return by_value
+
+    def offsets(self, isolation: str) -> dict[int, list[int]]:
+        """Sorted offsets per partition: what a consumer at that level could have read."""
+        per_partition: dict[int, set[int]] = defaultdict(set)
+        for partition, offset, _value in self.records[isolation]:
+            per_partition[partition].add(offset)
+        return {partition: sorted(offsets) for partition, offsets in per_partition.items()}
+
+    def aborted(self) -> dict[tuple[int, int], str]:
+        """Records a read_uncommitted read returned below the LSO that read_committed skipped."""
+        committed = {(p, o) for p, o, _v in self.records["read_committed"]}
+        ends = self.ends["read_committed"]
+        return {
+            (p, o): v
+            for p, o, v in self.records["read_uncommitted"]
+            if (p, o) not in committed and o < ends.get(p, 1 << 62)
+        }
+
+
+def check(events: Iterable[Event], input_topic: str = "input", output_topic: str = "output") -> CheckResult:
+    events = list(events)
+    reads: dict[str, _FinalRead] = defaultdict(_FinalRead)
+    for event in events:
+        if event["type"] == "read":
+            final = reads[event["topic"]]
+            final.records[event["isolation"]] += [(p, o, v) for p, o, v in event["records"]]
+            final.ends[event["isolation"]].update({p: end for p, end in event.get("ends", [])})
+    sent = {e["value"] for e in events if e["type"] == "send" and e["topic"] == input_topic}
+    acks = {e["value"]: e for e in events if e["type"] == "ack" and e["topic"] == input_topic}
+    committed_in = reads[input_topic].positions("read_committed")
+    committed_out = reads[output_topic].positions("read_committed") if output_topic in reads else None
+
+    anomalies = _lost(input_topic, acks, committed_in, committed_out)
+    for topic in (input_topic, output_topic):
+        if topic in reads:
+            anomalies += _duplicates(topic, reads[topic].positions("read_committed"))
+    anomalies += _aborted_reads(events, reads, input_topic, committed_out)
+    anomalies += _inconsistent_offsets(events)
+    anomalies += _poll_order(events, reads)
+    delivered = committed_out if committed_out is not None else committed_in
+    return CheckResult(
+        produced=len(sent), acknowledged=len(acks), delivered=len(delivered), anomalies=anomalies
+    )
+
+
+def _lost(
+    topic: str,
+    acks: dict[str, Event],
+    committed_in: dict[str, list[tuple[int, int]]],
+    committed_out: dict[str, list[tuple[int, int]]] | None,
+) -> list[Anomaly]:
+    anomalies = []
+    for value, ack in acks.items():
+        if value not in committed_in:
+            at = [(topic, ack["partition"], ack["offset"])] if ack.get("offset") is not None else []
+            anomalies.append(
+                Anomaly(LOST_WRITE, [value], at, "acknowledged, but not in the final read_committed read")
+            )
+    if committed_out is not None:
+        for value, positions in committed_in.items():
+            if value not in committed_out:
+                at = [(topic, p, o) for p, o in positions]
+                anomalies.append(
+                    Anomaly(LOST_DOWNSTREAM, [value], at, "in the input, but never delivered to the output")
+                )
+    return anomalies
+
+
+def _duplicates(topic: str, committed: dict[str, list[tuple[int, int]]]) -> list[Anomaly]:
+    return [
+        Anomaly(
+            DUPLICATE,
+            [value],
+            [(topic, p, o) for p, o in positions],
+            f"stored {len(positions)} times in {topic}",
+        )
+        for value, positions in committed.items()
+        if len(positions) > 1
+    ]
+
+
+def _aborted_reads(
+    events: list[Event],
+    reads: dict[str, _FinalRead],
+    input_topic: str,
+    committed_out: dict[str, list[tuple[int, int]]] | None,
+) -> list[Anomaly]:
+    anomalies = []
+    aborted = {topic: final.aborted() for topic, final in reads.items()}
+    for event in events:
+        if event["type"] == "poll" and event["isolation"] == "read_committed":
+            topic = event["topic"]
+            for p, o, v in event["records"]:
+                if (p, o) in aborted.get(topic, {}):
+                    anomalies.append(
+                        Anomaly(
+                            ABORTED_READ,
+                            [v],
+                            [(topic, p, o)],
+                            f"{event['process']} read a record of an aborted transaction with read_committed",
+                        )
+                    )
+    if committed_out is not None and input_topic in reads:
+        committed_in = reads[input_topic].positions("read_committed")
+        for (p, o), value in aborted[input_topic].items():
+            if value in committed_out and value not in committed_in:
+                anomalies.append(
+                    Anomaly(
+                        ABORTED_READ,
+                        [value],
+                        [(input_topic, p, o)],
+                        "aborted in the input, yet delivered to the output",
+                    )
+                )
+    return anomalies
+
+
+def _inconsistent_offsets(events: list[Event]) -> list[Anomaly]:
+    seen: dict[Position, set[str]] = defaultdict(set)
+    for event in events:
+        if event["type"] == "ack" and event.get("offset") is not None:
+            seen[(event["topic"], event["partition"], event["offset"])].add(event["value"])
+        elif event["type"] in ("poll", "read"):
+            for p, o, v in event["records"]:
+                seen[(event["topic"], p, o)].add(v)
+    return [
+        Anomaly(INCONSISTENT_OFFSET, sorted(values), [position], "one offset holds different values")
+        for position, values in sorted(seen.items())
+        if len(values) > 1
+    ]
+
+
+def _poll_order(events: list[Event], reads: dict[str, _FinalRead]) -> list[Anomaly]:
+    """Within one consumer, each partition's polls must advance and skip nothing its isolation level
+    could read; an assignment restarts the partitions from their committed offsets."""
+    anomalies = []
+    present = {
+        (topic, isolation): final.offsets(isolation)
+        for topic, final in reads.items()
+        for isolation in ("read_committed", "read_uncommitted")
+    }
+    last: dict[tuple[str, str, int], tuple[int, str]] = {}
+    for event in events:
+        process, topic = event["process"], event.get("topic", "")
+        if event["type"] == "assign":
+            for key in [key for key in last if key[:2] == (process, topic)]:
+                del last[key]
+        if event["type"] != "poll":
+            continue
+        offsets = present.get((topic, event["isolation"])) or present.get((topic, "read_committed"), {})
+        for p, o, v in event["records"]:
+            previous = last.get((process, topic, p))
+            last[(process, topic, p)] = (o, v)
+            if previous is None:
+                continue
+            before, before_value = previous
+            if o <= before:
+                anomalies.append(
+                    Anomaly(
+                        NON_MONOTONIC_POLL,
+                        [before_value, v],
+                        [(topic, p, before), (topic, p, o)],
+                        f"{process} polled offset {o} after {before}",
+                    )
+                )
+                continue
+            row = offsets.get(p, [])
+            skipped = row[bisect.bisect_right(row, before) : bisect.bisect_left(row, o)]
+            if skipped:
+                anomalies.append(
+                    Anomaly(
+                        SKIPPING_POLL,
+                        [before_value, v],
+                        [(topic, p, before), *((topic, p, s) for s in skipped), (topic, p, o)],
+                        f"{process} jumped from offset {before} to {o} over {len(skipped)} record(s)",
+                    )
+                )
+    return anomalies
