@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # The store tests start their own PostgreSQL; Debian keeps initdb and pg_ctl off PATH.
 if ! command -v initdb >/dev/null 2>&1 && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
     need_apt+=(postgresql)

@@ -30,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     demo = commands.add_parser("demo", help="the main job: an idempotent round trip on an embedded broker")
     demo.add_argument("--messages", type=int, default=10_000)
 
+    from onceflow.lab.command import add_lab_arguments
+
+    add_lab_arguments(commands.add_parser("lab", help="the delivery-semantics lab: guarantees under faults"))
+
     add_admin_commands(commands)
 
     args = parser.parse_args(argv)
@@ -42,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
             from onceflow.demo import run_demo
 
             return run_demo(args.messages)
+        if args.command == "lab":
+            from onceflow.lab.command import run_lab_command
+
+            return run_lab_command(args)
     except ConfigError as error:
         print(f"onceflow: configuration error: {error}", file=sys.stderr)
         return 2

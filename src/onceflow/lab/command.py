@@ -1,0 +1,88 @@
+"""`onceflow lab run` and `onceflow lab presets`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from onceflow.lab import faults
+from onceflow.lab.presets import PRESETS
+
+
+def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
+    actions = lab.add_subparsers(dest="lab_command", required=True)
+    run = actions.add_parser("run", help="run the workload under faults and check its history")
+    run.add_argument(
+        "--guarantee",
+        action="append",
+        choices=[*PRESETS, "all"],
+        help="repeatable; default all",
+    )
+    run.add_argument(
+        "--faults",
+        action="append",
+        metavar="F1,F2",
+        help=f"a set of faults from {', '.join(faults.FAULTS)}; repeat for one run per set (default: all)",
+    )
+    run.add_argument("--messages", type=int, default=300)
+    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--bootstrap", help="use this broker instead of starting one (no broker faults then)")
+    run.add_argument("--json", type=Path, help="write the runs as JSON here")
+    run.add_argument("--html", type=Path, help="write a self-contained HTML report with a chart here")
+    run.add_argument("--workdir", type=Path, help="keep histories, logs and broker data here")
+    actions.add_parser("presets", help="print the client configs of the three guarantees")
+
+
+def run_lab_command(args: argparse.Namespace) -> int:
+    if args.lab_command == "presets":
+        return _print_presets()
+    guarantees = args.guarantee or ["all"]
+    guarantees = list(PRESETS) if "all" in guarantees else list(dict.fromkeys(guarantees))
+    fault_sets = [
+        tuple(name.strip() for name in text.split(",") if name.strip())
+        for text in args.faults or [",".join(faults.FAULTS)]
+    ]
+    unknown = {name for fault_set in fault_sets for name in fault_set} - set(faults.FAULTS)
+    if unknown:
+        print(f"onceflow: unknown fault(s) {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    if args.bootstrap and any(faults.OWN_BROKER_FAULTS & set(fault_set) for fault_set in fault_sets):
+        print(
+            "onceflow: lost-acks and broker-crash need the lab's own broker (drop --bootstrap)",
+            file=sys.stderr,
+        )
+        return 2
+    # Imported here: building the parser for every onceflow command should stay cheap.
+    from rich.console import Console
+
+    from onceflow.lab import report
+    from onceflow.lab.runner import run_lab
+
+    console = Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix="onceflow-lab-") as scratch:
+        workdir = args.workdir or Path(scratch)
+        results = run_lab(
+            guarantees, fault_sets, args.messages, args.seed, workdir, args.bootstrap, log=console.log
+        )
+    runs = [result.to_json() for result in results]
+    report.print_table(runs)
+    if args.json:
+        report.write_json(runs, args.json)
+    if args.html:
+        report.write_html(runs, args.html)
+    return 0
+
+
+def _print_presets() -> int:
+    for preset in PRESETS.values():
+        print(f"# {preset.name}: {preset.summary}")
+        print(f"producer = {json.dumps(preset.producer)}")
+        print(f"consumer = {json.dumps(preset.consumer)}")
+        print(f"commit offsets: {preset.commit}")
+        for note in preset.notes:
+            print(f"  - {note}")
+        print()
+    return 0

@@ -1,0 +1,87 @@
+"""Seeded, bounded fault schedules, and the processes the lab kills: the broker and the clients."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+FAULTS = ("lost-acks", "producer-crash", "consumer-crash", "broker-crash", "txn-timeout")
+# Faults that need the lab's own broker: one restarts it, the other needs it to advertise the proxy.
+OWN_BROKER_FAULTS = frozenset({"lost-acks", "broker-crash"})
+
+# Lost acks: the share of responses the proxy destroys while the fault is on, and a cap on them.
+DROP_PROBABILITY = 0.04
+MAX_DROPPED = 25
+RESPONSE_DELAY_S = 0.003
+# How long a hanging transaction lives before the broker aborts it.
+HANGING_TIMEOUT_MS = 3000  # librdkafka wants socket.timeout.ms (3000) <= this + 100
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    at_s: float
+    action: str  # kill-producer, kill-consumer, kill-broker, hang-transaction, lose-acks, stop-losing-acks
+    target: int = 0
+
+
+def schedule(
+    faults: tuple[str, ...], seed: int, window_s: float, producers: int, workers: int
+) -> list[FaultEvent]:
+    """The fault events of one run, all inside [0, window_s], in time order."""
+    rng = random.Random(seed)
+    events: list[FaultEvent] = []
+    if "lost-acks" in faults:
+        events += [FaultEvent(0.3, "lose-acks"), FaultEvent(window_s, "stop-losing-acks")]
+    if "producer-crash" in faults:
+        events += [
+            FaultEvent(rng.uniform(0.5, window_s - 0.5), "kill-producer", rng.randrange(producers))
+            for _ in range(3)
+        ]
+    if "consumer-crash" in faults:
+        events += [
+            FaultEvent(rng.uniform(1.0, window_s), "kill-consumer", rng.randrange(workers)) for _ in range(3)
+        ]
+    if "broker-crash" in faults:
+        events.append(FaultEvent(rng.uniform(1.0, window_s - 1.0), "kill-broker"))
+    if "txn-timeout" in faults:
+        events.append(FaultEvent(rng.uniform(0.5, window_s / 2), "hang-transaction"))
+    return sorted(events, key=lambda event: event.at_s)
+
+
+class BrokerProcess:
+    """`onceflow broker` as a subprocess, so that the lab can SIGKILL it and start it on the same port."""
+
+    def __init__(self, data_dir: Path, settings: dict[str, str], log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.settings = settings
+        self.log_path = log_path
+        self.port = 0
+        self.process: subprocess.Popen[str] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        command = [sys.executable, "-m", "onceflow.cli", "broker", "--listen", f"127.0.0.1:{self.port}"]
+        command += ["--data-dir", str(self.data_dir)]
+        for key, value in self.settings.items():
+            command += ["--set", f"{key}={value}"]
+        with self.log_path.open("a") as log:
+            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if "listening on" not in line:
+            self.kill()
+            raise RuntimeError(f"the broker did not start: {line!r}, see {self.log_path}")
+        self.port = int(line.rsplit(":", 1)[1])
+        return self
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)

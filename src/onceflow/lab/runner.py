@@ -1,0 +1,371 @@
+"""One lab run: a broker (the lab's own, or `--bootstrap`), producers and a consume-process-produce
+stage as processes, the seeded faults of `faults.py`, a final read of both topics and the checker."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from onceflow.faults.proxy import FaultPlan, FaultProxy
+from onceflow.lab import faults
+from onceflow.lab.checker import CheckResult, check
+from onceflow.lab.history import HistoryWriter, read_history
+from onceflow.lab.presets import PRESETS
+
+PARTITIONS = 3
+PRODUCERS = 2
+WORKERS = 2
+PRODUCE_S = 6.0  # the producers spread their values over this long; the faults fall inside it
+DRAIN_TIMEOUT_S = 60.0
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    guarantee: str
+    faults: tuple[str, ...]
+    messages: int = 300
+    seed: int = 0
+    bootstrap: str | None = None  # None: the lab starts its own broker
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    check: CheckResult
+    drained: bool
+    injected: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as the reports want it; see `report.py`."""
+        return {
+            "guarantee": self.scenario.guarantee,
+            "faults": list(self.scenario.faults),
+            "seed": self.scenario.seed,
+            "produced": self.check.produced,
+            "acknowledged": self.check.acknowledged,
+            "delivered": self.check.delivered,
+            "lost": self.check.lost,
+            "duplicated": self.check.duplicated,
+            "aborted_reads": self.check.aborted_reads,
+            "drained": self.drained,
+            "injected": self.injected,
+            "anomalies": [anomaly.to_json() for anomaly in self.check.anomalies],
+        }
+
+
+def run_lab(
+    guarantees: Iterable[str],
+    fault_sets: Iterable[tuple[str, ...]],
+    messages: int,
+    seed: int,
+    workdir: Path,
+    bootstrap: str | None = None,
+    log: Log = lambda _line: None,
+) -> list[RunResult]:
+    """Every guarantee under every fault set, one fresh run (and broker) each."""
+    results: list[RunResult] = []
+    for fault_set in fault_sets:
+        for guarantee in guarantees:
+            scenario = Scenario(guarantee, fault_set, messages, seed, bootstrap)
+            run_dir = workdir / f"run-{len(results)}-{guarantee}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            results.append(run_scenario(scenario, run_dir, log))
+    return results
+
+
+def run_scenario(scenario: Scenario, run_dir: Path, log: Log = lambda _line: None) -> RunResult:
+    """Runs one scenario in `run_dir` (history, logs, broker data) and checks its history."""
+    if scenario.bootstrap is not None and faults.OWN_BROKER_FAULTS & set(scenario.faults):
+        raise ValueError(f"{', '.join(sorted(faults.OWN_BROKER_FAULTS))} need the lab's own broker")
+    with FaultProxy(FaultPlan(seed=scenario.seed)) as proxy:
+        broker = None
+        if scenario.bootstrap is None:
+            broker = faults.BrokerProcess(
+                run_dir / "broker-data",
+                {
+                    # Clients learn the proxy's address from Metadata, so every request passes it.
+                    "advertised.listeners": f"PLAINTEXT://{proxy.address}",
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+                    "group.initial.rebalance.delay.ms": "0",
+                },
+                run_dir / "broker.log",
+            ).start()
+            proxy.upstream = ("127.0.0.1", broker.port)
+        try:
+            return _Run(scenario, run_dir, proxy, broker, log).execute()
+        finally:
+            if broker is not None:
+                broker.kill()
+
+
+class _Run:
+    def __init__(
+        self,
+        scenario: Scenario,
+        run_dir: Path,
+        proxy: FaultProxy,
+        broker: faults.BrokerProcess | None,
+        log: Log,
+    ) -> None:
+        self.scenario = scenario
+        self.preset = PRESETS[scenario.guarantee]
+        self.proxy = proxy
+        self.broker = broker
+        self.log = log
+        self.history_dir = run_dir / "history"
+        self.logs_dir = run_dir / "logs"
+        self.history_dir.mkdir(exist_ok=True)
+        self.logs_dir.mkdir(exist_ok=True)
+        # Unique names, so that runs can share one external broker.
+        self.tag = f"{os.getpid()}-{time.time_ns() % 10**9}"
+        self.input = f"lab-{self.tag}-input"
+        self.output = f"lab-{self.tag}-output"
+        self.group = f"lab-{self.tag}"
+        self.processes: dict[str, subprocess.Popen[str]] = {}
+        self.incarnations: dict[str, int] = {}
+        self.finished: set[str] = set()
+        self.injected: list[str] = []
+        self.rng = random.Random(scenario.seed)
+
+    @property
+    def client_bootstrap(self) -> str:
+        return self.proxy.address if self.broker is not None else str(self.scenario.bootstrap)
+
+    @property
+    def direct_bootstrap(self) -> str:
+        return self.broker.address if self.broker is not None else str(self.scenario.bootstrap)
+
+    def execute(self) -> RunResult:
+        scenario = self.scenario
+        fault_names = ", ".join(scenario.faults) or "none"
+        self.log(f"{scenario.guarantee}: {scenario.messages} messages, faults {fault_names}")
+        admin = AdminClient({"bootstrap.servers": self.direct_bootstrap})
+        topics = [NewTopic(topic, PARTITIONS, 1) for topic in (self.input, self.output)]
+        for future in admin.create_topics(topics).values():
+            future.result(timeout=30)
+        del admin  # its connections would only log the broker's planned deaths
+        plan = faults.schedule(scenario.faults, scenario.seed, PRODUCE_S, PRODUCERS, WORKERS)
+        hangers: list[threading.Thread] = []
+        try:
+            for slot in range(WORKERS):
+                self._start(f"worker-{slot}")
+            for slot in range(PRODUCERS):
+                self._start(f"producer-{slot}")
+            started = time.monotonic()
+            while plan or len(self.finished) < PRODUCERS:
+                while plan and plan[0].at_s <= time.monotonic() - started:
+                    hangers += self._inject(plan.pop(0))
+                self._supervise()
+                if time.monotonic() - started > PRODUCE_S + DRAIN_TIMEOUT_S:
+                    break
+                time.sleep(0.05)
+            for hanger in hangers:
+                hanger.join(timeout=60)
+            drained = self._drain(time.monotonic() + DRAIN_TIMEOUT_S)
+        finally:
+            for process in self.processes.values():
+                _kill(process)
+        self._final_reads()
+        result = check(read_history(self.history_dir), self.input, self.output)
+        self.log(
+            f"{scenario.guarantee}: produced {result.produced}, acknowledged {result.acknowledged}, "
+            f"delivered {result.delivered}, lost {result.lost}, duplicated {result.duplicated}, "
+            f"aborted reads {result.aborted_reads}"
+        )
+        return RunResult(scenario, result, drained, self.injected)
+
+    def _command(self, name: str, process: str) -> list[str]:
+        role, slot = name.split("-")
+        common = [
+            "--bootstrap", self.client_bootstrap,
+            "--history", str(self.history_dir / f"{process}.jsonl"),
+            "--process", process,
+            "--preset", self.preset.name,
+            "--transactional-id", f"lab-{self.tag}-{name}",
+        ]  # fmt: skip
+        if role == "worker":
+            return [role, *common, "--input", self.input, "--output", self.output, "--group", self.group,
+                    "--slot", slot]  # fmt: skip
+        share = self.scenario.messages // PRODUCERS + (int(slot) < self.scenario.messages % PRODUCERS)
+        return [
+            role, *common, "--topic", self.input, "--prefix", f"p{self.tag}-{slot}",
+            "--start", str(self._next_number(name)), "--end", str(share),
+            "--rate", str(max(share / PRODUCE_S, 1.0)),
+        ]  # fmt: skip
+
+    def _start(self, name: str) -> None:
+        incarnation = self.incarnations.get(name, -1) + 1
+        self.incarnations[name] = incarnation
+        process = f"{name}.{incarnation}"
+        with (self.logs_dir / f"{process}.log").open("w") as log:
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", "onceflow.lab.workload", *self._command(name, process)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                text=True,
+            )
+
+    def _next_number(self, name: str) -> int:
+        """A restarted producer goes on after the last value it sent; values are never reused."""
+        numbers = [
+            int(event["value"].rsplit("-", 1)[1])
+            for event in read_history(self.history_dir)
+            if event["type"] == "send" and event["process"].startswith(f"{name}.")
+        ]
+        return max(numbers, default=-1) + 1
+
+    def _supervise(self) -> None:
+        """Starts again every client that died, as an orchestrator would; a producer exits 0 when done."""
+        for name, process in list(self.processes.items()):
+            code = process.poll()
+            if code is None or name in self.finished:
+                continue
+            if code == 0 and name.startswith("producer"):
+                self.finished.add(name)
+                continue
+            self._start(name)
+
+    def _inject(self, event: faults.FaultEvent) -> list[threading.Thread]:
+        action = event.action
+        if action in ("lose-acks", "stop-losing-acks"):
+            on = action == "lose-acks"
+            self.proxy.plan.drop_response_probability = faults.DROP_PROBABILITY if on else 0.0
+            self.proxy.plan.delay_response_s = faults.RESPONSE_DELAY_S if on else 0.0
+            self.proxy.plan.max_faults = faults.MAX_DROPPED
+            self.injected.append(f"{event.at_s:.1f}s {action}")
+            if not on:
+                self.injected.append(f"proxy destroyed {self.proxy.responses_dropped} responses")
+        elif action in ("kill-producer", "kill-consumer"):
+            name = f"{'producer' if action == 'kill-producer' else 'worker'}-{event.target}"
+            if name not in self.finished and self.processes[name].poll() is None:
+                _kill(self.processes[name])
+                self.injected.append(f"{event.at_s:.1f}s SIGKILL {name}.{self.incarnations[name]}")
+        elif action == "kill-broker" and self.broker is not None:
+            self.broker.kill()
+            self.injected.append(f"{event.at_s:.1f}s SIGKILL broker")
+            time.sleep(self.rng.uniform(0.5, 1.5))  # clients keep sending into the void meanwhile
+            self.broker.start()
+        elif action == "hang-transaction":
+            hanger = threading.Thread(target=self._hang, args=(event.at_s,))
+            hanger.start()
+            return [hanger]
+        return []
+
+    def _hang(self, at_s: float) -> None:
+        """A transactional producer killed mid-transaction: only the broker's timeout can end it."""
+        process = "hanger.0"
+        command = [
+            sys.executable, "-m", "onceflow.lab.workload", "hanger",
+            "--bootstrap", self.client_bootstrap, "--history", str(self.history_dir / f"{process}.jsonl"),
+            "--process", process, "--topic", self.input, "--prefix", f"h{self.tag}",
+            "--start", "0", "--end", "10", "--transactional-id", f"lab-{self.tag}-hanger",
+            "--timeout-ms", str(faults.HANGING_TIMEOUT_MS),
+        ]  # fmt: skip
+        with (self.logs_dir / f"{process}.log").open("w") as log:
+            hanger = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
+        assert hanger.stdout is not None
+        opened = hanger.stdout.readline().strip() == "open"
+        _kill(hanger)
+        self.injected.append(
+            f"{at_s:.1f}s SIGKILL hanger mid-transaction" + ("" if opened else " (never opened)")
+        )
+
+    def _drain(self, deadline: float) -> bool:
+        """Waits until the group has committed past the last record a reader at its level can see,
+        and no transaction holds the LSO back."""
+        isolation = str(self.preset.consumer["isolation.level"])
+        while time.monotonic() < deadline:
+            self._supervise()
+            records, committed_ends = read_topic(self.direct_bootstrap, self.input, "read_committed")
+            if isolation != "read_committed":
+                records = read_topic(self.direct_bootstrap, self.input, isolation)[0]
+            last = {p: o for p, o, _v in records}  # records come in offset order per partition
+            committed = self._committed()
+            if {p: end for p, end in committed_ends} == self._high_watermarks() and all(
+                committed.get(p, -1) > o for p, o in last.items()
+            ):
+                return True
+            time.sleep(0.5)
+        self.log(f"{self.scenario.guarantee}: the workers did not catch up in time")
+        return False
+
+    def _committed(self) -> dict[int, int]:
+        consumer = Consumer({"bootstrap.servers": self.direct_bootstrap, "group.id": self.group})
+        try:
+            found = consumer.committed([TopicPartition(self.input, p) for p in range(PARTITIONS)], timeout=10)
+            return {tp.partition: tp.offset for tp in found}
+        finally:
+            consumer.close()
+
+    def _high_watermarks(self) -> dict[int, int]:
+        consumer = Consumer({"bootstrap.servers": self.direct_bootstrap, "group.id": self.group})
+        try:
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(self.input, p), timeout=10)[1]
+                for p in range(PARTITIONS)
+            }
+        finally:
+            consumer.close()
+
+    def _final_reads(self) -> None:
+        reader = HistoryWriter(self.history_dir / "final-read.jsonl", "final-read")
+        for topic in (self.input, self.output):
+            for isolation in ("read_committed", "read_uncommitted"):
+                records, ends = read_topic(self.direct_bootstrap, topic, isolation)
+                reader.record("read", topic=topic, isolation=isolation, records=records, ends=ends)
+        reader.close()
+
+
+def read_topic(
+    bootstrap: str, topic: str, isolation: str, timeout_s: float = 30
+) -> tuple[list[list[Any]], list[list[int]]]:
+    """Every record of `topic` from offset 0 to its end at this isolation level, as
+    [partition, offset, value] in offset order, and each partition's end offset."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "lab-final-read",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    records: list[list[Any]] = []
+    ends: dict[int, int] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(ends) < PARTITIONS and time.monotonic() < deadline:
+            for message in consumer.consume(1000, timeout=0.2):
+                error = message.error()
+                if error is None:
+                    value = message.value()
+                    text = value.decode() if isinstance(value, bytes) else str(value)
+                    records.append([message.partition(), message.offset(), text])
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    ends[message.partition() or 0] = message.offset() or 0
+    finally:
+        consumer.close()
+    if len(ends) < PARTITIONS:
+        raise TimeoutError(f"{topic}: did not reach the end of every partition in {timeout_s}s")
+    return records, sorted([p, end] for p, end in ends.items())
+
+
+def _kill(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)

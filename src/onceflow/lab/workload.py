@@ -1,0 +1,206 @@
+"""The lab's client processes, run as `python -m onceflow.lab.workload ROLE ...` so they can be SIGKILLed.
+
+- `producer` sends the unique values PREFIX-START .. PREFIX-(END-1) to the input topic at a steady rate;
+- `worker` consumes the input in a group, writes each value to the output and commits per its preset;
+- `hanger` opens a transaction, writes a few values, says "open" and waits to be killed.
+
+None has recovery code: on any error a process exits and the lab starts it again, as after a crash.
+Each one records what it did in its own history file (see `history.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from onceflow.lab.history import HistoryWriter
+from onceflow.lab.presets import PRESETS, Preset
+
+# Client settings that keep recovery quick on loopback; they change no guarantee.
+FAST_RECOVERY: dict[str, str | int | bool] = {
+    "socket.timeout.ms": 3000,
+    "reconnect.backoff.ms": 20,
+    "reconnect.backoff.max.ms": 200,
+    "retry.backoff.ms": 20,
+}
+TRANSACTION_SIZE = 5
+
+
+def _producer(args: argparse.Namespace, preset: Preset, history: HistoryWriter) -> None:
+    config = {"bootstrap.servers": args.bootstrap, **FAST_RECOVERY, **preset.producer, "linger.ms": 5}
+    if preset.transactional:
+        config["transactional.id"] = args.transactional_id
+    producer = Producer(config)
+    delivered: dict[str, tuple[int, int | None]] = {}
+
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
+        value = _text(message)
+        if error is not None:
+            history.record("fail", topic=args.topic, value=value, error=str(error))
+        elif preset.transactional:
+            delivered[value] = (message.partition() or 0, message.offset())
+        else:
+            history.record(
+                "ack", topic=args.topic, value=value, partition=message.partition(), offset=_offset(message)
+            )
+
+    if preset.transactional:
+        producer.init_transactions(30)
+    interval = 1.0 / args.rate
+    started = time.monotonic()
+    for first in range(args.start, args.end, TRANSACTION_SIZE if preset.transactional else 1):
+        numbers = range(first, min(first + TRANSACTION_SIZE, args.end)) if preset.transactional else [first]
+        if preset.transactional:
+            producer.begin_transaction()
+        for number in numbers:
+            time.sleep(max(0.0, started + (number - args.start) * interval - time.monotonic()))
+            value = f"{args.prefix}-{number}"
+            history.record("send", topic=args.topic, value=value)
+            producer.produce(args.topic, key=value, value=value, on_delivery=on_delivery)
+            producer.poll(0)
+        if preset.transactional:
+            producer.flush(60)
+            producer.commit_transaction(60)
+            # Acknowledged only now: before the commit, the values could still be aborted.
+            for value, (partition, offset) in delivered.items():
+                history.record("ack", topic=args.topic, value=value, partition=partition, offset=offset)
+            delivered.clear()
+    if producer.flush(120) != 0:
+        sys.exit(1)
+
+
+def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter) -> None:
+    isolation = str(preset.consumer["isolation.level"])
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            **FAST_RECOVERY,
+            **preset.consumer,
+            "group.id": args.group,
+            "auto.offset.reset": "earliest",
+            # Static membership (KIP-345): a restarted worker takes its partitions back at once.
+            "group.instance.id": f"{args.group}-{args.slot}",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        }
+    )
+    config = {"bootstrap.servers": args.bootstrap, **FAST_RECOVERY, **preset.producer, "linger.ms": 5}
+    if preset.transactional:
+        config["transactional.id"] = args.transactional_id
+    producer = Producer(config)
+    if preset.transactional:
+        producer.init_transactions(30)
+
+    def on_assign(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        history.record("assign", topic=args.input, partitions=sorted(tp.partition for tp in partitions))
+
+    consumer.subscribe([args.input], on_assign=on_assign)
+    while True:
+        messages = [message for message in consumer.consume(100, timeout=0.2) if message.error() is None]
+        if not messages:
+            continue
+        history.record(
+            "poll",
+            topic=args.input,
+            isolation=isolation,
+            records=[[message.partition(), message.offset(), _text(message)] for message in messages],
+        )
+        offsets = _next_offsets(args.input, messages)
+        if preset.commit == "before-processing":
+            consumer.commit(offsets=offsets, asynchronous=False)
+            _record_commit(history, args.input, offsets)
+        time.sleep(args.processing_s)  # the work a real job does: a crash may land in it
+        if preset.transactional:
+            producer.begin_transaction()
+        for message in messages:
+            value = _text(message)
+            producer.produce(args.output, key=value, value=value)
+        if preset.commit == "in-transaction":
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+            producer.commit_transaction(60)
+            _record_commit(history, args.input, offsets)
+        elif producer.flush(60) != 0:
+            sys.exit(1)
+        if preset.commit == "after-processing":
+            consumer.commit(offsets=offsets, asynchronous=False)
+            _record_commit(history, args.input, offsets)
+
+
+def _hanger(args: argparse.Namespace, history: HistoryWriter) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            **FAST_RECOVERY,
+            "transactional.id": args.transactional_id,
+            "transaction.timeout.ms": args.timeout_ms,
+        }
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for number in range(args.start, args.end):
+        value = f"{args.prefix}-{number}"
+        history.record("send", topic=args.topic, value=value)
+        producer.produce(args.topic, key=value, value=value)
+    producer.flush(30)
+    print("open", flush=True)
+    time.sleep(3600)
+
+
+def _next_offsets(topic: str, messages: list[Message]) -> list[TopicPartition]:
+    following: dict[int, int] = {}
+    for message in messages:
+        partition = message.partition() or 0
+        following[partition] = max(following.get(partition, 0), (message.offset() or 0) + 1)
+    return [TopicPartition(topic, partition, offset) for partition, offset in sorted(following.items())]
+
+
+def _record_commit(history: HistoryWriter, topic: str, offsets: list[TopicPartition]) -> None:
+    history.record("commit", topic=topic, offsets=[[tp.partition, tp.offset] for tp in offsets])
+
+
+def _text(message: Message) -> str:
+    value = message.value()
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _offset(message: Message) -> int | None:
+    offset = message.offset()
+    return offset if offset is not None and offset >= 0 else None  # acks=0 learns no offset
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m onceflow.lab.workload")
+    parser.add_argument("role", choices=["producer", "worker", "hanger"])
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--history", required=True, type=Path)
+    parser.add_argument("--process", required=True)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="exactly-once")
+    parser.add_argument("--transactional-id", default="")
+    parser.add_argument("--topic", default="input")
+    parser.add_argument("--prefix", default="p")
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--end", type=int, default=0)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--timeout-ms", type=int, default=3000)
+    parser.add_argument("--input", default="input")
+    parser.add_argument("--output", default="output")
+    parser.add_argument("--group", default="lab")
+    parser.add_argument("--slot", type=int, default=0)
+    parser.add_argument("--processing-s", type=float, default=0.05)
+    args = parser.parse_args(argv)
+    history = HistoryWriter(args.history, args.process)
+    preset = PRESETS[args.preset]
+    if args.role == "producer":
+        _producer(args, preset, history)
+    elif args.role == "worker":
+        _worker(args, preset, history)
+    else:
+        _hanger(args, history)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""`onceflow lab run` end to end: each guarantee under lost acks and producer and consumer crashes,
+on the lab's own broker, then the JSON and HTML reports (the HTML rendered by headless Chromium)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onceflow.lab.checker import KINDS
+from onceflow.lab.report import write_html
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def lab_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    out = tmp_path_factory.mktemp("lab")
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "onceflow.cli",
+            "lab",
+            "run",
+            "--faults",
+            "lost-acks,producer-crash,consumer-crash",
+            "--messages",
+            "300",
+            "--seed",
+            "7",
+            "--json",
+            str(out / "lab.json"),
+            "--html",
+            str(out / "lab.html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "delivery-semantics lab" in completed.stdout
+    return json.loads((out / "lab.json").read_text()), out / "lab.html"
+
+
+def _run(report: dict[str, Any], guarantee: str) -> dict[str, Any]:
+    [run] = [run for run in report["runs"] if run["guarantee"] == guarantee]
+    assert run["drained"], "the workers never caught up: the counts below would mean nothing"
+    assert run["produced"] >= 300 and run["acknowledged"] > 0
+    return run
+
+
+@pytest.mark.timeout(200)
+def test_exactly_once_has_no_anomaly(lab_run: tuple[dict[str, Any], Path]) -> None:
+    run = _run(lab_run[0], "exactly-once")
+    assert run["anomalies"] == []
+    assert run["delivered"] >= run["acknowledged"]
+
+
+def test_at_least_once_loses_nothing(lab_run: tuple[dict[str, Any], Path]) -> None:
+    run = _run(lab_run[0], "at-least-once")
+    assert run["lost"] == 0, run["anomalies"][:5]
+    assert run["delivered"] >= run["acknowledged"]
+
+
+def test_at_most_once_duplicates_nothing(lab_run: tuple[dict[str, Any], Path]) -> None:
+    run = _run(lab_run[0], "at-most-once")
+    assert run["duplicated"] == 0, run["anomalies"][:5]
+
+
+def test_the_faults_were_injected(lab_run: tuple[dict[str, Any], Path]) -> None:
+    for run in lab_run[0]["runs"]:
+        injected = " ".join(run["injected"])
+        assert "lose-acks" in injected and "SIGKILL producer" in injected and "SIGKILL worker" in injected
+
+
+def test_the_json_report_has_the_documented_shape(lab_run: tuple[dict[str, Any], Path]) -> None:
+    report = lab_run[0]
+    assert set(report) == {"runs"}
+    assert [run["guarantee"] for run in report["runs"]] == ["at-most-once", "at-least-once", "exactly-once"]
+    for run in report["runs"]:
+        assert isinstance(run["guarantee"], str)
+        assert run["faults"] == ["lost-acks", "producer-crash", "consumer-crash"]
+        for key in ("produced", "acknowledged", "delivered", "lost", "duplicated", "aborted_reads"):
+            assert isinstance(run[key], int) and run[key] >= 0, key
+        assert isinstance(run["anomalies"], list)
+        for anomaly in run["anomalies"]:
+            assert anomaly["kind"] in KINDS
+            assert anomaly["values"] and all(isinstance(value, str) for value in anomaly["values"])
+            assert isinstance(anomaly["detail"], str)
+            for offset in anomaly["offsets"]:
+                assert set(offset) == {"topic", "partition", "offset"}
+                assert isinstance(offset["partition"], int) and isinstance(offset["offset"], int)
+        kinds = [anomaly["kind"] for anomaly in run["anomalies"]]
+        assert run["lost"] == kinds.count("lost-write") + kinds.count("lost-downstream")
+        assert run["aborted_reads"] == kinds.count("aborted-read")
+
+
+def _chromium(tmp_path: Path, page: Path, *mode: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            "--window-size=1200,900",
+            *mode,
+            f"file://{page}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _title(dom: str) -> str:
+    return dom.split("<title>", 1)[1].split("</title>", 1)[0]
+
+
+def _png_pixels(path: Path) -> bytes:
+    """The decompressed scanlines of a PNG: enough to tell a blank page from a drawn one."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    position, idat = 8, b""
+    while position < len(data):
+        (length,) = struct.unpack(">I", data[position : position + 4])
+        kind = data[position + 4 : position + 8]
+        if kind == b"IDAT":
+            idat += data[position + 8 : position + 8 + length]
+        position += 12 + length
+    return zlib.decompress(idat)
+
+
+needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="scripts/setup.sh installs chromium")
+
+
+@needs_chromium
+def test_the_html_report_renders_its_chart_in_chromium(
+    lab_run: tuple[dict[str, Any], Path], tmp_path: Path
+) -> None:
+    page = lab_run[1]
+    assert "<script src" not in page.read_text() and "http" not in page.read_text().replace(
+        "http://www.w3.org/2000/svg", ""
+    ), "the page must be self-contained"
+    dom = _chromium(tmp_path, page, "--dump-dom")
+    assert _title(dom.stdout) == "lab chart: 9 bars", dom.stderr[-2000:]
+    screenshot = tmp_path / "lab.png"
+    _chromium(tmp_path, page, f"--screenshot={screenshot}")
+    assert screenshot.exists()
+    assert len(set(_png_pixels(screenshot))) > 16, "the screenshot is blank"
+
+
+@needs_chromium
+def test_a_page_without_its_chart_is_caught(tmp_path: Path) -> None:
+    page = tmp_path / "empty.html"
+    write_html([], page)
+    assert _title(_chromium(tmp_path, page, "--dump-dom").stdout) == "lab chart missing"
