@@ -1,0 +1,1 @@
+"""The payments and bookings pipeline on Spark (issue 4)."""

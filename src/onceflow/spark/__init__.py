@@ -1,0 +1,52 @@
+"""onceflow for Spark: the `onceflow` data source (PySpark's Python Data Source API).
+
+    import onceflow.spark
+    onceflow.spark.register(spark)
+    spark.readStream.format("onceflow").option("kafka.bootstrap.servers", ...).option("subscribe", "in")
+
+The source reads with read_committed and keeps offsets only in Spark's checkpoint; the sink writes
+exactly once per write task (see `onceflow.spark.sink`). The format is not called `kafka` because
+Spark's built-in sources take precedence over Python ones of the same name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from onceflow.spark.sink import OnceflowBatchWriter, OnceflowStreamWriter
+from onceflow.spark.source import SCHEMA, OnceflowBatchReader, OnceflowStreamReader
+
+FORMAT = "onceflow"
+
+
+class OnceflowDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> OnceflowBatchReader:
+        return OnceflowBatchReader(self.options)
+
+    def streamReader(self, schema: StructType) -> OnceflowStreamReader:
+        return OnceflowStreamReader(self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> OnceflowBatchWriter:
+        return OnceflowBatchWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> OnceflowStreamWriter:
+        return OnceflowStreamWriter(self.options, schema)
+
+
+def register(spark: SparkSession) -> None:
+    """Make `format("onceflow")` available in this session."""
+    spark.dataSource.register(OnceflowDataSource)
+
+
+__all__: list[Any] = ["FORMAT", "OnceflowDataSource", "register"]

@@ -1,0 +1,325 @@
+"""The onceflow sink: rows to Kafka topics, exactly once per write task (design.md section 6).
+
+Each write task p of batch B owns the transactional id `P-p`:
+  1. `init_transactions()` fences every earlier attempt of the slot and ends its open transaction;
+  2. the committed offset of group P on (progress topic, p) is read; it is stable after step 1;
+  3. if it is at least B+1 the batch already landed and the task writes nothing; otherwise it
+     produces the rows and commits them together with offset B+1, in one transaction.
+Retries, speculative attempts and a restarted driver replaying B all hit step 3. Output becomes
+visible per task, not per micro-batch, and a replayed batch must send the same rows to the same
+task (a deterministic plan), as Spark's replay from the checkpoint does.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark import TaskContext
+from pyspark.sql import Row
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from onceflow.spark.options import OptionError, client_config
+
+EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
+DEFAULT_PROGRESS_TOPIC = "onceflow-progress"
+# Spark's default number of shuffle partitions, so a query with a shuffle before the sink fits.
+DEFAULT_PROGRESS_PARTITIONS = 200
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+CLIENT_TIMEOUT_S = 60.0
+WRITABLE_COLUMNS = {"key", "value", "topic", "partition", "headers"}
+
+
+class TransactionTooSlow(RuntimeError):
+    """A write task outlived its transaction: the coordinator would abort it under us."""
+
+
+@dataclass
+class TaskReport(WriterCommitMessage):
+    partition: int
+    attempt: int
+    records: int
+    skipped: bool
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """Everything a write task needs, picklable and decided on the driver."""
+
+    config: dict[str, Any]
+    topic: str | None
+    guarantee: str
+    transactional_id_prefix: str | None
+    progress_topic: str
+    transaction_timeout_ms: int
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], schema: StructType) -> SinkSettings:
+        config = client_config(options)
+        columns = set(schema.fieldNames())
+        if "value" not in columns:
+            raise OptionError("the onceflow sink needs a 'value' column")
+        unknown = columns - WRITABLE_COLUMNS
+        if unknown:
+            raise OptionError(
+                f"the onceflow sink writes only {sorted(WRITABLE_COLUMNS)}; drop {sorted(unknown)}"
+            )
+        topic = options.get("topic")
+        if topic is None and "topic" not in columns:
+            raise OptionError("give the option 'topic' or a 'topic' column")
+        guarantee = options.get("deliveryGuarantee", EXACTLY_ONCE)
+        if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+            raise OptionError(
+                f"deliveryGuarantee must be {EXACTLY_ONCE} or {AT_LEAST_ONCE}, not {guarantee!r}"
+            )
+        timeout_ms = int(config.pop("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS))
+        return cls(
+            config=config,
+            topic=topic,
+            guarantee=guarantee,
+            transactional_id_prefix=options.get("transactionalIdPrefix"),
+            progress_topic=options.get("progressTopic", DEFAULT_PROGRESS_TOPIC),
+            transaction_timeout_ms=timeout_ms,
+        )
+
+    def ensure_progress_topic(self, partitions: int) -> None:
+        """Create the progress topic on the driver, once, before any task needs it."""
+        admin = AdminClient(self.config)
+        future = admin.create_topics([NewTopic(self.progress_topic, partitions, -1)])[self.progress_topic]
+        try:
+            future.result(timeout=CLIENT_TIMEOUT_S)
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise OptionError(f"cannot create progress topic {self.progress_topic!r}: {error}") from error
+
+
+class TransactionalSlot:
+    """The producer and progress reader of one write-task slot, kept for the life of a Python worker."""
+
+    def __init__(self, settings: SinkSettings, prefix: str, partition: int) -> None:
+        self.settings = settings
+        self.partition = partition
+        self.progress_offset = TopicPartition(settings.progress_topic, partition)
+        # The progress this producer itself last saw or made; any other value means another
+        # worker's producer has taken the slot over since, fencing this one.
+        self.batches_done_here: int | None = None
+        self.producer = Producer(
+            {
+                **settings.config,
+                "transactional.id": f"{prefix}-{partition}",
+                "transaction.timeout.ms": settings.transaction_timeout_ms,
+                "enable.idempotence": True,
+                "acks": "all",
+            }
+        )
+        self.progress = Consumer(
+            {
+                **settings.config,
+                "group.id": prefix,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        self._check_progress_partition()
+        try:
+            self.producer.init_transactions(CLIENT_TIMEOUT_S)
+        except KafkaException as error:
+            if error.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+                raise OptionError(
+                    f"the broker refuses transaction.timeout.ms={settings.transaction_timeout_ms}: "
+                    "it is above the broker's transaction.max.timeout.ms"
+                ) from error
+            raise
+
+    def _check_progress_partition(self) -> None:
+        topic = self.progress.list_topics(self.settings.progress_topic, timeout=CLIENT_TIMEOUT_S).topics[
+            self.settings.progress_topic
+        ]
+        if topic.error is not None or self.partition >= len(topic.partitions):
+            raise OptionError(
+                f"write task {self.partition} has no partition in progress topic "
+                f"{self.settings.progress_topic!r} ({len(topic.partitions)} partitions): "
+                "write with fewer tasks or use a progressTopic with more partitions"
+            )
+
+    def batches_done(self) -> int:
+        """How many batches of this slot have landed: the committed progress offset."""
+        committed = self.progress.committed([self.progress_offset], timeout=CLIENT_TIMEOUT_S)[0]
+        return max(committed.offset, 0)
+
+    def write(self, batch_id: int, batches_done: int, rows: Iterable[Row]) -> tuple[int, bool]:
+        """Write batch `batch_id` unless `batches_done` (read after fencing) says it landed."""
+        if batches_done > batch_id:
+            self.batches_done_here = batches_done
+            return 0, True
+        self.producer.begin_transaction()
+        began = time.monotonic()
+        delivery = DeliveryErrors()
+        count = 0
+        for row in rows:
+            produce(self.producer, self.settings.topic, row, delivery)
+            count += 1
+            if count % 1000 == 0:
+                self._check_time(batch_id, began)
+        self.producer.flush(CLIENT_TIMEOUT_S)
+        delivery.raise_first()
+        self._check_time(batch_id, began)
+        offset = TopicPartition(self.settings.progress_topic, self.partition, batch_id + 1)
+        self.producer.send_offsets_to_transaction(
+            [offset], self.progress.consumer_group_metadata(), CLIENT_TIMEOUT_S
+        )
+        self.producer.commit_transaction(CLIENT_TIMEOUT_S)
+        self.batches_done_here = batch_id + 1
+        return count, False
+
+    def _check_time(self, batch_id: int, began: float) -> None:
+        elapsed_ms = (time.monotonic() - began) * 1000
+        # Leave a margin for the commit itself; past the timeout the coordinator aborts the work.
+        if elapsed_ms > 0.8 * self.settings.transaction_timeout_ms:
+            raise TransactionTooSlow(
+                f"batch {batch_id}, write task {self.partition}: {elapsed_ms:.0f} ms of writing does not fit "
+                f"in kafka.transaction.timeout.ms={self.settings.transaction_timeout_ms}; raise it (up to "
+                "the broker's transaction.max.timeout.ms) or lower maxOffsetsPerTrigger"
+            )
+
+    def close(self) -> None:
+        self.progress.close()
+        self.producer.flush(1.0)
+
+
+# Python workers are reused across tasks: keep one slot per transactional id per worker.
+_slots: dict[str, TransactionalSlot] = {}
+
+
+def task_context() -> TaskContext:
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("the onceflow sink writes only inside Spark tasks")
+    return context
+
+
+def write_exactly_once(settings: SinkSettings, prefix: str, batch_id: int, rows: Iterator[Row]) -> TaskReport:
+    context = task_context()
+    partition = context.partitionId()
+    key = f"{prefix}-{partition}"
+    slot = _slots.pop(key, None)
+    try:
+        batches_done = slot.batches_done() if slot is not None else None
+        if slot is None or batches_done != slot.batches_done_here:
+            if slot is not None:
+                slot.close()
+            slot = TransactionalSlot(settings, prefix, partition)
+            batches_done = slot.batches_done()
+        assert batches_done is not None
+        count, skipped = slot.write(batch_id, batches_done, rows)
+    except BaseException:
+        # A fenced, failed or half-done slot is never reused: the next attempt fences it anew.
+        if slot is not None:
+            slot.close()
+        raise
+    _slots[key] = slot
+    return TaskReport(partition, context.attemptNumber(), count, skipped)
+
+
+def write_at_least_once(settings: SinkSettings, rows: Iterator[Row]) -> TaskReport:
+    context = task_context()
+    producer = Producer({**settings.config, "enable.idempotence": True, "acks": "all"})
+    delivery = DeliveryErrors()
+    count = 0
+    for row in rows:
+        produce(producer, settings.topic, row, delivery)
+        count += 1
+    remaining = producer.flush(CLIENT_TIMEOUT_S)
+    delivery.raise_first()
+    if remaining:
+        raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not delivered"))
+    return TaskReport(context.partitionId(), context.attemptNumber(), count, False)
+
+
+class DeliveryErrors:
+    """Collects failed deliveries from producer callbacks; the task fails on the first one."""
+
+    def __init__(self) -> None:
+        self.first: KafkaError | None = None
+
+    def __call__(self, error: KafkaError | None, _message: Message) -> None:
+        if error is not None and self.first is None:
+            self.first = error
+
+    def raise_first(self) -> None:
+        if self.first is not None:
+            raise KafkaException(self.first)
+
+
+def produce(producer: Producer, default_topic: str | None, row: Row, on_delivery: DeliveryErrors) -> None:
+    fields = row.asDict()
+    topic = fields.get("topic") or default_topic
+    assert topic is not None, "checked on the driver: a topic option or column"
+    headers = [(header["key"], header["value"]) for header in fields.get("headers") or []]
+    partition = fields.get("partition")
+    extra = {} if partition is None else {"partition": partition}
+    while True:
+        try:
+            producer.produce(
+                topic,
+                value=fields["value"],
+                key=fields.get("key"),
+                headers=headers or None,
+                on_delivery=on_delivery,
+                **extra,
+            )
+            break
+        except BufferError:
+            producer.poll(0.05)  # the local queue is full: let deliveries drain it
+    producer.poll(0)
+
+
+class OnceflowStreamWriter(DataSourceStreamWriter):
+    """`df.writeStream.format("onceflow")`."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.settings = SinkSettings.from_options(options, schema)
+        if self.settings.guarantee == EXACTLY_ONCE:
+            self.settings.ensure_progress_topic(
+                int(options.get("progressTopicPartitions", DEFAULT_PROGRESS_PARTITIONS))
+            )
+
+    def write(self, iterator: Iterator[Row]) -> TaskReport:
+        if self.settings.guarantee == AT_LEAST_ONCE:
+            return write_at_least_once(self.settings, iterator)
+        context = task_context()
+        batch_id = int(context.getLocalProperty("streaming.sql.batchId") or "")
+        # The query id is kept in the checkpoint, so a restarted query finds its own progress.
+        query_id = context.getLocalProperty("sql.streaming.queryId")
+        prefix = self.settings.transactional_id_prefix or f"onceflow-{query_id}"
+        return write_exactly_once(self.settings, prefix, batch_id, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing left to do: each task committed its own transaction. Safe to call twice."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: committed tasks are skipped when the batch runs again."""
+
+
+class OnceflowBatchWriter(DataSourceWriter):
+    """`df.write.format("onceflow")`: one write, exactly once per task under task retries."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.settings = SinkSettings.from_options(options, schema)
+        # A fresh prefix per write: its tasks' retries find each other's progress, nothing else does.
+        self.prefix = self.settings.transactional_id_prefix or f"onceflow-write-{uuid.uuid4()}"
+        if self.settings.guarantee == EXACTLY_ONCE:
+            self.settings.ensure_progress_topic(
+                int(options.get("progressTopicPartitions", DEFAULT_PROGRESS_PARTITIONS))
+            )
+
+    def write(self, iterator: Iterator[Row]) -> TaskReport:
+        if self.settings.guarantee == AT_LEAST_ONCE:
+            return write_at_least_once(self.settings, iterator)
+        return write_exactly_once(self.settings, self.prefix, 0, iterator)
