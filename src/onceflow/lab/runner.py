@@ -29,6 +29,7 @@ PRODUCERS = 2
 WORKERS = 2
 PRODUCE_S = 6.0  # the producers spread their values over this long; the faults fall inside it
 DRAIN_TIMEOUT_S = 60.0
+STALL_S = 12.0
 
 Log = Callable[[str], None]
 
@@ -288,6 +289,8 @@ class _Run:
         """Waits until the group has committed past the last record a reader at its level can see,
         and no transaction holds the LSO back."""
         isolation = str(self.preset.consumer["isolation.level"])
+        progress: dict[int, int] = {}
+        progress_at = time.monotonic()
         while time.monotonic() < deadline:
             self._supervise()
             records, committed_ends = read_topic(self.direct_bootstrap, self.input, "read_committed")
@@ -299,6 +302,15 @@ class _Run:
                 committed.get(p, -1) > o for p, o in last.items()
             ):
                 return True
+            if committed != progress:
+                progress, progress_at = committed, time.monotonic()
+            elif time.monotonic() - progress_at > STALL_S:
+                # A liveness probe, as an orchestrator has: it kills, and _supervise starts again.
+                for name, process in self.processes.items():
+                    if name.startswith("worker"):
+                        _kill(process)
+                self.injected.append(f"workers stalled {STALL_S:.0f}s after the faults: SIGKILL, restart")
+                progress_at = time.monotonic()
             time.sleep(0.5)
         self.log(f"{self.scenario.guarantee}: the workers did not catch up in time")
         return False
