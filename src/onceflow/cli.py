@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
 
     add_lab_arguments(commands.add_parser("lab", help="the delivery-semantics lab: guarantees under faults"))
 
+    from onceflow.pipeline.command import add_pipeline_arguments
+
+    add_pipeline_arguments(commands.add_parser("pipeline", help="the payments pipeline on Spark"))
+
     add_admin_commands(commands)
 
     args = parser.parse_args(argv)
@@ -50,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             from onceflow.lab.command import run_lab_command
 
             return run_lab_command(args)
+        if args.command == "pipeline":
+            from onceflow.pipeline.command import run_pipeline_command
+
+            return run_pipeline_command(args)
     except ConfigError as error:
         print(f"onceflow: configuration error: {error}", file=sys.stderr)
         return 2

@@ -1,0 +1,66 @@
+"""`onceflow pipeline run` and `onceflow pipeline generate`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from onceflow.pipeline.events import INPUT_TOPIC, generate
+from onceflow.pipeline.settings import AT_LEAST_ONCE, EXACTLY_ONCE, PipelineSettings
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
+    commands: argparse._SubParsersAction[Any] = parser.add_subparsers(dest="pipeline_command", required=True)
+
+    run = commands.add_parser("run", help="run the payments pipeline on Spark")
+    run.add_argument("--bootstrap", required=True, help="HOST:PORT of a Kafka-protocol broker")
+    run.add_argument("--master", default="local[2]", help="Spark master: local[N] or spark://HOST:PORT")
+    run.add_argument("--checkpoint", required=True, type=Path, help="checkpoint directory of the queries")
+    run.add_argument("--db", required=True, help="balances store: a SQLite path or a postgresql:// URL")
+    run.add_argument("--guarantee", choices=[EXACTLY_ONCE, AT_LEAST_ONCE], default=EXACTLY_ONCE)
+    run.add_argument("--trigger-ms", type=positive_int, help="micro-batch interval (default: back to back)")
+    run.add_argument("--max-offsets", type=positive_int, help="at most this many input offsets per batch")
+    run.add_argument(
+        "--until-idle", type=float, metavar="SECONDS", help="stop once no new input came for SECONDS"
+    )
+
+    gen = commands.add_parser("generate", help=f"write seeded payment events to {INPUT_TOPIC!r}")
+    gen.add_argument("--bootstrap", required=True, help="HOST:PORT of a Kafka-protocol broker")
+    gen.add_argument("--count", type=positive_int, default=1000)
+    gen.add_argument("--seed", type=int, default=1)
+    gen.add_argument("--partitions", type=positive_int, default=4, help="of the topic, if it is created")
+
+
+def run_pipeline_command(args: argparse.Namespace) -> int:
+    if args.pipeline_command == "generate":
+        workload = generate(args.bootstrap, args.count, args.seed, args.partitions)
+        committed = workload.committed()
+        total = sum(workload.expected_balances().values())
+        print(
+            f"wrote {args.count} events to {INPUT_TOPIC!r}: {len(committed)} committed "
+            f"({len(workload.expected_payments())} valid payments, {workload.expected_rejected()} invalid), "
+            f"{args.count - len(committed)} aborted; expected total {total} cents"
+        )
+        return 0
+    from onceflow.pipeline.job import run_pipeline  # imports pyspark: only when it runs
+
+    return run_pipeline(
+        PipelineSettings(
+            bootstrap=args.bootstrap,
+            checkpoint=args.checkpoint,
+            db=args.db,
+            master=args.master,
+            guarantee=args.guarantee,
+            trigger_ms=args.trigger_ms,
+            max_offsets=args.max_offsets,
+            until_idle_s=args.until_idle,
+        )
+    )
