@@ -29,6 +29,7 @@ ORDER_STATUS_TOPIC = "order-status"
 SEAT_RESERVATIONS_TOPIC = "seat-reservations"
 REJECTED_TOPIC = "payments-rejected"
 CAPTURED = "captured"
+OUTPUT_PARTITIONS = 3
 TIMEOUT_S = 60.0
 
 # Ways an event can be invalid; each one breaks exactly one rule of the pipeline's validation.
@@ -150,6 +151,13 @@ def ensure_topics(bootstrap: str, topics: dict[str, int]) -> None:
             # Another process may have created it since the listing, which is just as good.
             if "already exists" not in kafka_error_text(error).lower():
                 raise AdminError(f"cannot create topic {name!r}: {kafka_error_text(error)}") from error
+
+
+def ensure_output_topics(bootstrap: str) -> None:
+    ensure_topics(
+        bootstrap,
+        {topic: OUTPUT_PARTITIONS for topic in (ORDER_STATUS_TOPIC, SEAT_RESERVATIONS_TOPIC, REJECTED_TOPIC)},
+    )
 
 
 def produce_workload(

@@ -33,13 +33,12 @@ from onceflow.pipeline.events import (
     ORDER_STATUS_TOPIC,
     REJECTED_TOPIC,
     SEAT_RESERVATIONS_TOPIC,
-    ensure_topics,
+    ensure_output_topics,
 )
 from onceflow.pipeline.settings import BALANCES_QUERY_ID, EXACTLY_ONCE, PipelineSettings
 from onceflow.spark.database import BalanceSink, check_fresh_start
 from onceflow.stores import open_store
 
-OUTPUT_PARTITIONS = 3
 PAYMENT_SCHEMA = (
     "payment_id string, account string, amount_cents long, flight string, seat string, status string"
 )
@@ -149,7 +148,8 @@ def session(master: str) -> SparkSession:
         SparkSession.builder.master(master)
         .appName("onceflow-pipeline")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        # Only the balances' per-account sums shuffle, and they are small.
+        .config("spark.sql.shuffle.partitions", "1")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
@@ -203,10 +203,7 @@ class IdleWatch:
 
 def run_pipeline(settings: PipelineSettings) -> int:
     """Run both queries until one fails or, with `until_idle_s`, until the input stays idle."""
-    ensure_topics(
-        settings.bootstrap,
-        {topic: OUTPUT_PARTITIONS for topic in (ORDER_STATUS_TOPIC, SEAT_RESERVATIONS_TOPIC, REJECTED_TOPIC)},
-    )
+    ensure_output_topics(settings.bootstrap)
     if settings.guarantee == EXACTLY_ONCE:
         query_id = BALANCES_QUERY_ID
     else:
