@@ -8,6 +8,7 @@ lookup.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -18,6 +19,18 @@ def armed(name: str) -> bool:
     return name in _ARMED
 
 
-def reach(name: str) -> None:
-    if name in _ARMED:
-        os.kill(os.getpid(), signal.SIGKILL)
+def reach(name: str, whole_session: bool = False) -> None:
+    """SIGKILL this process, or every process of its session (a Spark driver, JVM and workers).
+
+    A session, not a process group: Spark's Python workers move to process groups of their own.
+    """
+    if name not in _ARMED:
+        return
+    if whole_session:
+        session = os.getsid(0)
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != os.getpid():
+                with contextlib.suppress(OSError):
+                    if os.getsid(int(entry)) == session:
+                        os.kill(int(entry), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -25,6 +25,7 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from onceflow import failpoints
 from onceflow.spark.options import OptionError, client_config
 
 EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
@@ -302,6 +303,9 @@ class OnceflowStreamWriter(DataSourceStreamWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing left to do: each task committed its own transaction. Safe to call twice."""
+        # The worst moment for the driver to die: all output written, the batch not yet in
+        # the checkpoint's commit log, so a restart runs it again.
+        failpoints.reach("spark.sink.commit", whole_session=True)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to undo: committed tasks are skipped when the batch runs again."""

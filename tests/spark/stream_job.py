@@ -1,0 +1,110 @@
+"""A streaming query for the kill/restart tests: onceflow source -> flaky transform -> onceflow sink.
+
+Run as a script, so the transform is pickled by value and needs no import path on the workers.
+It prints one JSON line per finished micro-batch with the source's end offsets, and runs until
+it is killed. Some first task attempts fail after they have produced all their rows (faults in
+--faults-dir record each one); with --slow-first-attempts, first attempts stall instead, so that
+speculative copies overtake them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+
+import onceflow.spark
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--faults-dir", required=True)
+    parser.add_argument("--master", default="local[2,4]")
+    parser.add_argument("--guarantee", default="exactly-once")
+    parser.add_argument("--max-offsets", type=int, default=1000)
+    parser.add_argument("--slow-first-attempts", action="store_true")
+    args = parser.parse_args()
+
+    builder = (
+        SparkSession.builder.master(args.master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    )
+    if args.slow_first_attempts:
+        builder = (
+            builder.config("spark.speculation", "true")
+            .config("spark.speculation.interval", "100ms")
+            .config("spark.speculation.multiplier", "1.5")
+            .config("spark.speculation.quantile", "0.25")
+            .config("spark.speculation.minTaskRuntime", "500ms")
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    onceflow.spark.register(spark)
+    faults_dir = args.faults_dir
+    slow = args.slow_first_attempts
+
+    def flaky_transform(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        context = TaskContext.get()
+        assert context is not None
+        batch_id = context.getLocalProperty("streaming.sql.batchId")
+        first_attempt = context.attemptNumber() == 0
+        chosen = (int(batch_id or 0) + context.partitionId()) % 3 == 0
+        fault = f"{faults_dir}/b{batch_id}-p{context.partitionId()}-a{context.attemptNumber()}"
+        for batch in batches:
+            value = pc.binary_join_element_wise(batch.column("value"), pa.scalar(b"|done"), pa.scalar(b""))
+            yield pa.RecordBatch.from_arrays([batch.column("key"), value], names=["key", "value"])
+        if first_attempt and chosen and slow:
+            Path(fault + "-slow").touch()
+            time.sleep(4)
+        elif first_attempt and chosen:
+            # After every row has gone downstream, so an at-least-once sink has sent them.
+            Path(fault + "-failed").touch()
+            time.sleep(0.5)
+            raise RuntimeError("injected task failure")
+        elif not first_attempt:
+            Path(fault + "-retry").touch()
+
+    query = (
+        spark.readStream.format("onceflow")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", "input")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.max_offsets)
+        .load()
+        .select("key", "value")
+        .mapInArrow(flaky_transform, "key binary, value binary")
+        .writeStream.format("onceflow")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("topic", "output")
+        .option("deliveryGuarantee", args.guarantee)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    reported = -1
+    while query.isActive:
+        progress = query.lastProgress
+        if progress is not None and progress["batchId"] != reported:
+            reported = progress["batchId"]
+            end = json.loads(progress["sources"][0]["endOffset"] or "{}")
+            print(json.dumps({"batch": reported, "end": end}), flush=True)
+        time.sleep(0.2)
+    query.awaitTermination()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    main()
