@@ -49,7 +49,9 @@ class StreamJob:
         assert self.process is not None
         while not done(self.progress):
             if self.process.poll() is not None:
-                raise AssertionError(f"the job exited ({self.process.returncode}) before {what}; see {self.log}")
+                raise AssertionError(
+                    f"the job exited ({self.process.returncode}) before {what}; see {self.log}"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}; see {self.log}")
             time.sleep(0.2)
@@ -71,13 +73,20 @@ def reached(end: dict[str, dict[str, int]]) -> Any:
 
 
 def produce_transactions(
-    bootstrap: str, topic: str, values: list[str], per_transaction: int, abort_every: int, transactional_id: str
+    bootstrap: str,
+    topic: str,
+    values: list[str],
+    per_transaction: int,
+    abort_every: int,
+    transactional_id: str,
 ) -> list[str]:
     """Write `values` in transactions, aborting every `abort_every`-th; return the committed ones.
 
     Each aborted transaction is flushed first, so its records and markers really reach the log.
     """
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5}
+    )
     producer.init_transactions(30)
     committed: list[str] = []
     for number, first in enumerate(range(0, len(values), per_transaction)):

@@ -48,11 +48,16 @@ def run_with_driver_kill(
     faults = tmp_path / "faults"
     faults.mkdir()
     job = StreamJob(
-        "--bootstrap", bootstrap,
-        "--checkpoint", str(tmp_path / "checkpoint"),
-        "--faults-dir", str(faults),
-        "--master", master,
-        "--guarantee", guarantee,
+        "--bootstrap",
+        bootstrap,
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+        "--faults-dir",
+        str(faults),
+        "--master",
+        master,
+        "--guarantee",
+        guarantee,
         *extra,
         log=tmp_path / "job.log",
     )
@@ -65,7 +70,9 @@ def run_with_driver_kill(
     job.kill()
 
     second = [f"w{n}" for n in range(2000)]
-    committed += produce_transactions(bootstrap, "input", second, 400, abort_every=3, transactional_id="feed-2")
+    committed += produce_transactions(
+        bootstrap, "input", second, 400, abort_every=3, transactional_id="feed-2"
+    )
     job.start()
     job.wait_for(reached(lsos(bootstrap)), 240, "the restarted job to reach the end of the input")
     job.kill()
@@ -78,7 +85,9 @@ def expected(committed: list[str]) -> Counter[str]:
 
 
 @pytest.mark.timeout(480)
-def test_exactly_once_through_task_failures_and_a_driver_kill(broker_process: BrokerProcess, tmp_path: Path) -> None:
+def test_exactly_once_through_task_failures_and_a_driver_kill(
+    broker_process: BrokerProcess, tmp_path: Path
+) -> None:
     committed, output, faults = run_with_driver_kill(broker_process, tmp_path, "exactly-once", "local[2,4]")
     assert any(fault.endswith("-failed") for fault in faults)
     assert any(fault.endswith("-retry") for fault in faults)
@@ -86,7 +95,9 @@ def test_exactly_once_through_task_failures_and_a_driver_kill(broker_process: Br
 
 
 @pytest.mark.timeout(480)
-def test_at_least_once_duplicates_under_the_same_faults(broker_process: BrokerProcess, tmp_path: Path) -> None:
+def test_at_least_once_duplicates_under_the_same_faults(
+    broker_process: BrokerProcess, tmp_path: Path
+) -> None:
     committed, output, faults = run_with_driver_kill(broker_process, tmp_path, "at-least-once", "local[2,4]")
     assert any(fault.endswith("-failed") for fault in faults)
     counts = Counter(output)
