@@ -8,9 +8,10 @@ lookup.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
+
+from onceflow.sessions import kill_session
 
 _ARMED = frozenset(filter(None, os.environ.get("ONCEFLOW_FAILPOINTS", "").split(",")))
 
@@ -20,17 +21,9 @@ def armed(name: str) -> bool:
 
 
 def reach(name: str, whole_session: bool = False) -> None:
-    """SIGKILL this process, or every process of its session (a Spark driver, JVM and workers).
-
-    A session, not a process group: Spark's Python workers move to process groups of their own.
-    """
+    """SIGKILL this process, or every process of its session (a Spark driver, JVM and workers)."""
     if name not in _ARMED:
         return
     if whole_session:
-        session = os.getsid(0)
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != os.getpid():
-                with contextlib.suppress(OSError):
-                    if os.getsid(int(entry)) == session:
-                        os.kill(int(entry), signal.SIGKILL)
+        kill_session(os.getsid(0))
     os.kill(os.getpid(), signal.SIGKILL)

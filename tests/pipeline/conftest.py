@@ -13,13 +13,7 @@ from onceflow.pipeline.events import ORDER_STATUS_TOPIC, SEAT_RESERVATIONS_TOPIC
 from onceflow.pipeline.process import CommittedReader, PipelineProcess, payment_id
 from onceflow.pipeline.settings import PipelineSettings
 from tests.postgres import PostgresServer
-
-SPARK_ENV = {
-    # Spark binds and advertises 127.0.0.1 only.
-    "SPARK_LOCAL_IP": "127.0.0.1",
-    # Short runs on two busy cores: a JIT that compiles less starts the driver sooner.
-    "PYSPARK_SUBMIT_ARGS": "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell",
-}
+from tests.spark_cluster import SPARK_ENV
 
 
 @pytest.fixture(scope="session")

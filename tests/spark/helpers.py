@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
+
+from onceflow.sessions import kill_session
+from tests.spark_cluster import SPARK_ENV
 
 JOB = Path(__file__).with_name("stream_job.py")
 
@@ -33,7 +35,7 @@ class StreamJob:
                 stderr=log,
                 text=True,
                 start_new_session=True,
-                env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
+                env={**os.environ, **SPARK_ENV, "PYSPARK_PYTHON": sys.executable, **(env or {})},
             )
         threading.Thread(target=self._read_progress, daemon=True).start()
         return self
@@ -61,9 +63,9 @@ class StreamJob:
         return self.process.wait(timeout=timeout_s)
 
     def kill(self) -> None:
-        """SIGKILL the whole process group: the Python driver, the JVM and the Python workers."""
+        """SIGKILL the whole session: the Python driver, the JVM and the Python workers."""
         assert self.process is not None
-        os.killpg(self.process.pid, signal.SIGKILL)
+        kill_session(self.process.pid)
         self.process.wait(timeout=30)
 
 

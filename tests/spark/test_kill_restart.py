@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.conftest import BrokerProcess
 from tests.spark.helpers import StreamJob, produce_transactions, reached
+from tests.spark_cluster import standalone_cluster
 from tests.support import read_to_end, values
 from tests.wire import WireClient
 
@@ -103,3 +104,16 @@ def test_at_least_once_duplicates_under_the_same_faults(
     counts = Counter(output)
     assert set(counts) == set(expected(committed)), "at-least-once may duplicate but never lose"
     assert max(counts.values()) > 1, "the faults should have duplicated some records"
+
+
+@pytest.mark.timeout(480)
+def test_exactly_once_with_speculative_attempts(broker_process: BrokerProcess, tmp_path: Path) -> None:
+    # Speculation needs a cluster with two hosts: Spark never speculates in local mode, nor runs
+    # a copy of a task on a host that already runs it.
+    with standalone_cluster(tmp_path, worker_hosts=("127.0.0.1", "localhost")) as master:
+        committed, output, faults = run_with_driver_kill(
+            broker_process, tmp_path, "exactly-once", master, "--slow-first-attempts"
+        )
+    assert any(fault.endswith("-slow") for fault in faults)
+    assert any(fault.endswith("-retry") for fault in faults), "no speculative attempt ran"
+    assert Counter(output) == expected(committed)

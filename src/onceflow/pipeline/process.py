@@ -13,9 +13,7 @@ outputs = read_outputs(bootstrap)   # read_committed, every partition up to its 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from onceflow.pipeline.events import ORDER_STATUS_TOPIC, REJECTED_TOPIC, SEAT_RESERVATIONS_TOPIC
 from onceflow.pipeline.settings import BALANCES_QUERY_ID, PipelineSettings
+from onceflow.sessions import kill_session
 from onceflow.stores import Progress, open_store
 
 
@@ -42,24 +41,6 @@ def command_line(settings: PipelineSettings) -> list[str]:
     if settings.until_idle_s is not None:
         command += ["--until-idle", str(settings.until_idle_s)]
     return command
-
-
-def session_members(session_id: int) -> list[int]:
-    """Processes of a session: the driver, spark-submit's JVM, PySpark's daemon (which moves to a
-    process group of its own) and its workers."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # Fields after the command name, which is in parentheses and may hold spaces.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[3]) == session_id and fields[0] != "Z":  # a zombie is dead, only not reaped
-            members.append(int(entry.name))
-    return members
 
 
 @dataclass
@@ -88,15 +69,7 @@ class PipelineProcess:
     def kill(self) -> None:
         """SIGKILL every process of the pipeline's session: no shutdown code runs anywhere."""
         assert self.process is not None
-        session_id = self.process.pid
-        deadline = time.monotonic() + 30
-        while members := session_members(session_id):
-            for pid in members:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"processes {members} of the pipeline outlive SIGKILL")
-            time.sleep(0.05)
+        kill_session(self.process.pid)
         self.process.wait()
         self._close_log()
 

@@ -1,0 +1,152 @@
+"""The onceflow data source in a local Spark session against an embedded broker."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from hypothesis import given
+from hypothesis import strategies as st
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+
+from onceflow import EmbeddedBroker
+from onceflow.spark.source import limit_offsets
+from tests.spark.helpers import produce_transactions
+from tests.support import read_to_end, values
+
+
+def create(bootstrap: str, *topics: tuple[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, count, 1) for name, count in topics]).values():
+        future.result(timeout=30)
+
+
+def reader(spark: SparkSession, bootstrap: str, **options: str) -> DataFrame:
+    read = spark.read.format("onceflow").option("kafka.bootstrap.servers", bootstrap)
+    for key, value in options.items():
+        read = read.option(key, value)
+    return read.load()
+
+
+def test_batch_read_skips_aborted_data_and_markers(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    create(broker.bootstrap_servers, ("in", 3))
+    all_values = [f"v{n}" for n in range(900)]
+    committed = produce_transactions(broker.bootstrap_servers, "in", all_values, 100, 3, "feed")
+    frame = reader(spark, broker.bootstrap_servers, subscribe="in")
+    rows = frame.collect()
+    assert sorted(row.value.decode() for row in rows) == sorted(committed)
+    assert {row.topic for row in rows} == {"in"}
+    assert {row.timestampType for row in rows} == {0}
+    # Markers and aborted batches leave gaps: the offsets read are not contiguous.
+    offsets = sorted(row.offset for row in rows if row.partition == 0)
+    assert offsets[-1] + 1 > len(offsets)
+
+
+def test_batch_read_between_json_offsets(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    create(broker.bootstrap_servers, ("in", 1))
+    produce_transactions(broker.bootstrap_servers, "in", [f"v{n}" for n in range(10)], 10, 0, "feed")
+    # Offsets 0-9 are the records and 10 the commit marker.
+    frame = reader(
+        spark,
+        broker.bootstrap_servers,
+        subscribe="in",
+        startingOffsets='{"in": {"0": 3}}',
+        endingOffsets='{"in": {"0": 7}}',
+    )
+    assert [row.value for row in frame.collect()] == [b"v3", b"v4", b"v5", b"v6"]
+
+
+def test_stream_stops_at_an_open_transaction_and_picks_up_new_partitions(
+    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    bootstrap = broker.bootstrap_servers
+    create(bootstrap, ("in", 2), ("out", 2))
+    produce_transactions(bootstrap, "in", [f"a{n}" for n in range(50)], 50, 0, "feed")
+
+    hanging = Producer({"bootstrap.servers": bootstrap, "transactional.id": "open"})
+    hanging.init_transactions(30)
+    hanging.begin_transaction()
+    hanging.produce("in", value=b"uncommitted", partition=0)
+    hanging.flush(30)
+    query = (
+        spark.readStream.format("onceflow")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", "in")
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("value")
+        .writeStream.format("onceflow")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", "out")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        assert sorted(values(read_to_end(bootstrap, "out", 2, "read_committed"))) == sorted(
+            f"a{n}" for n in range(50)
+        )
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_partitions([NewPartitions("in", 4)])["in"].result(timeout=30)
+        produce_transactions(bootstrap, "in", [f"b{n}" for n in range(40)], 40, 0, "feed-2")
+        hanging.commit_transaction(30)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    output = Counter(values(read_to_end(bootstrap, "out", 2, "read_committed")))
+    expected = Counter([f"a{n}" for n in range(50)] + [f"b{n}" for n in range(40)] + ["uncommitted"])
+    assert output == expected
+
+
+def test_bad_options_fail_with_a_clear_message(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    with pytest.raises(PySparkException, match=r"kafka\.bootstrap\.servers"):
+        spark.read.format("onceflow").option("subscribe", "x").load().collect()
+    with pytest.raises(
+        PySparkException, match="exactly one of the options 'subscribe' and 'subscribePattern'"
+    ):
+        reader(spark, broker.bootstrap_servers).collect()
+    with pytest.raises(PySparkException, match="startingOffsets"):
+        reader(spark, broker.bootstrap_servers, subscribe="x", startingOffsets="{oops").collect()
+    frame = spark.createDataFrame([("x",)], "body string")
+    with pytest.raises(PySparkException, match="needs a 'value' column"):
+        frame.write.format("onceflow").option("kafka.bootstrap.servers", broker.bootstrap_servers).option(
+            "topic", "t"
+        ).mode("append").save()
+
+
+def test_batch_write_exactly_once(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    create(broker.bootstrap_servers, ("written", 2))
+    frame = spark.createDataFrame([(f"r{n}", str(n % 2)) for n in range(200)], "value string, key string")
+    frame.repartition(3).write.format("onceflow").option(
+        "kafka.bootstrap.servers", broker.bootstrap_servers
+    ).option("topic", "written").mode("append").save()
+    assert Counter(values(read_to_end(broker.bootstrap_servers, "written", 2, "read_committed"))) == Counter(
+        f"r{n}" for n in range(200)
+    )
+
+
+backlogs = st.dictionaries(
+    st.sampled_from(["0", "1", "2", "3"]), st.tuples(st.integers(0, 1000), st.integers(0, 500))
+)
+
+
+@given(backlogs, st.integers(1, 2000))
+def test_limit_offsets_never_moves_back_and_caps_the_batch(
+    partitions: dict[str, tuple[int, int]], cap: int
+) -> None:
+    start = {"t": {partition: begin for partition, (begin, _) in partitions.items()}}
+    latest = {"t": {partition: begin + lag for partition, (begin, lag) in partitions.items()}}
+    limited = limit_offsets(start, latest, cap)
+    total = 0
+    for partition, (begin, lag) in partitions.items():
+        end = limited.get("t", {}).get(partition, begin)
+        assert begin <= end <= begin + lag
+        total += end - begin
+    backlog = sum(lag for _, lag in partitions.values())
+    # Each partition with a backlog advances by at least one, so the cap can be exceeded by that much.
+    assert total <= max(cap, 0) + len(partitions)
+    assert total == backlog or total >= min(cap, backlog) - len(partitions)

@@ -1,0 +1,79 @@
+"""A Spark standalone cluster on this machine: a master and workers started from the pyspark package."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyspark
+
+from onceflow.sessions import kill_session
+
+SPARK_HOME = Path(pyspark.__file__).parent
+SPARK_ENV = {
+    # Spark binds and advertises 127.0.0.1 only.
+    "SPARK_LOCAL_IP": "127.0.0.1",
+    # Short runs on two busy cores: a JIT that compiles less starts the driver sooner.
+    "PYSPARK_SUBMIT_ARGS": "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell",
+}
+
+
+class Daemon:
+    """A Spark master or worker JVM (`bin/spark-class`), in a session of its own with its executors."""
+
+    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+        self.log = log_dir / f"{name}.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [str(SPARK_HOME / "bin" / "spark-class"), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **SPARK_ENV, "SPARK_HOME": str(SPARK_HOME)},
+                start_new_session=True,
+            )
+
+    def wait_for(self, pattern: str, timeout_s: float = 90) -> re.Match[str]:
+        deadline = time.monotonic() + timeout_s
+        while not (found := re.search(pattern, self.log.read_text(errors="replace"))):
+            assert self.process.poll() is None, f"{self.log.name} exited:\n{self.log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no {pattern!r} in {self.log.name}"
+            time.sleep(0.2)
+        return found
+
+    def stop(self) -> None:
+        kill_session(self.process.pid)
+        self.process.wait(30)
+
+
+@contextmanager
+def standalone_cluster(log_dir: Path, worker_hosts: Sequence[str]) -> Iterator[str]:
+    """The master URL of a cluster with one one-core worker per host name; all killed afterwards.
+
+    Host names, not addresses: "localhost" and "127.0.0.1" are the same loopback address, but
+    Spark takes them for two machines, which speculation needs (it never runs a copy of a task
+    on a host that already runs one).
+    """
+    master_args = ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"]
+    daemons = [Daemon("master", ["org.apache.spark.deploy.master.Master", *master_args], log_dir)]
+    try:
+        url = daemons[0].wait_for(r"Starting Spark master at (spark://127\.0\.0\.1:\d+)").group(1)
+        for number, host in enumerate(worker_hosts):
+            work_dir = log_dir / f"worker-{number}"
+            work_dir.mkdir()
+            worker_args = ["--host", host, "--webui-port", "0", "--cores", "1", "--memory", "1g"]
+            worker_args += ["--work-dir", str(work_dir), url]
+            daemons.append(
+                Daemon(f"worker-{number}", ["org.apache.spark.deploy.worker.Worker", *worker_args], log_dir)
+            )
+        for worker in daemons[1:]:
+            worker.wait_for("Successfully registered with master")
+        yield url
+    finally:
+        for daemon in reversed(daemons):
+            daemon.stop()
