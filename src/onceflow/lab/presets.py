@@ -51,6 +51,8 @@ EXACTLY_ONCE = Preset(
     notes=[
         "set transactional.id to a name stable across restarts of one worker",
         "commit the consumer's offsets with send_offsets_to_transaction before commit_transaction",
+        "with one broker, set metadata.recovery.strategy=none: librdkafka 2.16 re-bootstraps when its only"
+        " connection resets, and send_offsets_to_transaction can then hang (librdkafka #5511)",
     ],
 )
 

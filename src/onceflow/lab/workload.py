@@ -26,15 +26,26 @@ FAST_RECOVERY: dict[str, str | int | bool] = {
     "reconnect.backoff.ms": 20,
     "reconnect.backoff.max.ms": 200,
     "retry.backoff.ms": 20,
+    # With one broker, every reset connection leaves a client with no broker up, so librdkafka
+    # (2.16) re-bootstraps and decommissions it. A transactional producer then keeps the dead
+    # handle as group coordinator and send_offsets_to_transaction hangs past its timeout
+    # (librdkafka #5511, #5456), and a consumer can wait forever for its join's metadata.
+    # Re-bootstrapping to the same single address gains nothing, so it is off.
+    "metadata.recovery.strategy": "none",
 }
 TRANSACTION_SIZE = 5
 
 
-def _producer(args: argparse.Namespace, preset: Preset, history: HistoryWriter) -> None:
-    config = {"bootstrap.servers": args.bootstrap, **FAST_RECOVERY, **preset.producer, "linger.ms": 5}
+def producer_config(bootstrap: str, preset: Preset, transactional_id: str) -> dict[str, str | int | bool]:
+    """The config of the producers and of the workers' output producers under `preset`."""
+    config = {"bootstrap.servers": bootstrap, **FAST_RECOVERY, **preset.producer, "linger.ms": 5}
     if preset.transactional:
-        config["transactional.id"] = args.transactional_id
-    producer = Producer(config)
+        config["transactional.id"] = transactional_id
+    return config
+
+
+def _producer(args: argparse.Namespace, preset: Preset, history: HistoryWriter) -> None:
+    producer = Producer(producer_config(args.bootstrap, preset, args.transactional_id))
     delivered: dict[str, tuple[int, int | None]] = {}
 
     def on_delivery(error: KafkaError | None, message: Message) -> None:
@@ -88,10 +99,7 @@ def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter) ->
             "heartbeat.interval.ms": 500,
         }
     )
-    config = {"bootstrap.servers": args.bootstrap, **FAST_RECOVERY, **preset.producer, "linger.ms": 5}
-    if preset.transactional:
-        config["transactional.id"] = args.transactional_id
-    producer = Producer(config)
+    producer = Producer(producer_config(args.bootstrap, preset, args.transactional_id))
     if preset.transactional:
         producer.init_transactions(30)
 
