@@ -21,6 +21,7 @@ from typing import Any
 BENCHMARKS_DIR = Path(__file__).resolve().parent
 CLIENT_SCRIPT = BENCHMARKS_DIR / "client.py"
 MOCK_BROKER_SCRIPT = BENCHMARKS_DIR / "mock_broker.py"
+SPARK_JOB_SCRIPT = BENCHMARKS_DIR / "spark_job.py"
 
 _LISTENING = re.compile(r"listening on (\S+):(\d+)")
 
@@ -133,10 +134,17 @@ def mock_broker(log_dir: Path) -> BrokerProcess:
 
 def run_client(command: str, options: Mapping[str, Any], timeout_s: float, log_dir: Path) -> dict[str, Any]:
     """Run one `client.py` command in its own process and return the JSON figures it prints."""
-    argv = [sys.executable, str(CLIENT_SCRIPT), command]
+    return run_script([CLIENT_SCRIPT, command], options, timeout_s, log_dir)
+
+
+def run_script(
+    script_and_args: list[Any], options: Mapping[str, Any], timeout_s: float, log_dir: Path
+) -> dict[str, Any]:
+    """Run a benchmark script with `--option value` arguments; return the JSON line it prints last."""
+    argv = [sys.executable, *map(str, script_and_args)]
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
-    log_path = log_dir / "client.log"
+    log_path = log_dir / f"{Path(argv[1]).stem}.log"
     with log_path.open("w") as log:
         try:
             # subprocess.run kills the client on a timeout and on any exception, Ctrl-C included.

@@ -2,10 +2,11 @@
 
     .venv/bin/python benchmarks/run.py [--quick] [--only SCENARIO ...]
 
-SCENARIO: throughput, latency, restart, transactions, isolation.
+SCENARIO: throughput, latency, restart, transactions, isolation, spark.
 
 Prints a table of onceflow figures, reference figures and their ratios, and writes every raw
-figure to benchmarks/results/<UTC timestamp>.json and benchmarks/results/latest.json.
+figure to benchmarks/results/<UTC timestamp>.json and merges it into benchmarks/results/latest.json,
+which holds the latest figures of every scenario and names the file each came from.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def main() -> int:
     started = datetime.now(UTC)
     machine = machine_info()
     figures: dict[str, Any] = {}
-    rows: list[Row] = []
+    rows: list[tuple[str, Row]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="onceflow-bench-") as work_dir:
             run = Run(Path(work_dir), sizes, console)
@@ -56,7 +57,7 @@ def main() -> int:
                 console.print(f"[bold]{name}[/bold]")
                 outcome = SCENARIOS[name](run)
                 figures[name] = outcome.figures
-                rows += outcome.rows
+                rows += [(name, row) for row in outcome.rows]
     except BenchmarkError as error:
         console.print(f"[red]benchmark failed:[/red] {error}")
         return 1
@@ -64,7 +65,7 @@ def main() -> int:
         console.print("[red]interrupted[/red]")
         return 130
     finished = datetime.now(UTC)
-    console.print(results_table(rows))
+    console.print(results_table([row for _, row in rows]))
     report = {
         "started_at": started.isoformat(),
         "finished_at": finished.isoformat(),
@@ -75,7 +76,7 @@ def main() -> int:
         "load_average_after": os.getloadavg(),
         "sizes": dataclasses.asdict(sizes),
         "targets": {text: dataclasses.asdict(target) for text, target in TARGETS.items()},
-        "rows": [row.as_json() for row in rows],
+        "rows": [{**row.as_json(), "from_scenario": name} for name, row in rows],
         "figures": figures,
     }
     path = write_report(report, started)
@@ -123,11 +124,38 @@ def machine_info() -> dict[str, Any]:
 
 def write_report(report: dict[str, Any], started: datetime) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(report, indent=2) + "\n"
     path = RESULTS_DIR / f"{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(text)
-    (RESULTS_DIR / "latest.json").write_text(text)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    latest_path = RESULTS_DIR / "latest.json"
+    latest = (
+        merge_latest(json.loads(latest_path.read_text()), report, path.name)
+        if latest_path.exists()
+        else report
+    )
+    latest_path.write_text(json.dumps(latest, indent=2) + "\n")
     return path
+
+
+def merge_latest(latest: dict[str, Any], report: dict[str, Any], file_name: str) -> dict[str, Any]:
+    """The previous latest.json with this run's scenarios replaced, so `--only` keeps the others.
+
+    The run-wide fields (times, machine, sizes) are this run's; `results_files` names the run
+    each scenario's figures come from, whose file has that run's machine and load average.
+    """
+    if report["quick"] != latest["quick"]:
+        return report
+    selected = set(report["scenarios"])
+    # A latest.json from before this merge is one whole run, named by its start time.
+    whole_run = datetime.fromisoformat(latest["started_at"]).strftime("%Y%m%dT%H%M%SZ.json")
+    files = latest.get("results_files") or {name: whole_run for name in latest["scenarios"]}
+    kept_rows = [row for row in latest["rows"] if row.get("from_scenario") not in selected]
+    return {
+        **report,
+        "scenarios": [name for name in SCENARIOS if name in selected or name in latest["scenarios"]],
+        "results_files": {**files, **{name: file_name for name in report["scenarios"]}},
+        "rows": kept_rows + report["rows"],
+        "figures": {**latest["figures"], **report["figures"]},
+    }
 
 
 if __name__ == "__main__":

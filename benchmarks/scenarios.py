@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processes import BenchmarkError, BrokerProcess, mock_broker, onceflow_broker, run_client
+from processes import (
+    SPARK_JOB_SCRIPT,
+    BenchmarkError,
+    BrokerProcess,
+    mock_broker,
+    onceflow_broker,
+    run_client,
+    run_script,
+)
 from rich.console import Console
 
 MB = 1_000_000  # decimal megabytes, as dd reports them
@@ -34,6 +42,7 @@ TRANSACTION_RECORD_SIZE = 1000
 COMMIT_INTERVAL_MS = 100
 ABORT_EVERY = 10  # in the log read by both isolation levels, so read_committed has aborts to skip
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+SPARK_RECORD_SIZE = 100
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,9 @@ class Sizes:
     # Runs of each side of a transactions comparison, alternating, so that the disk's
     # slow spells hit both sides; the rows show the medians.
     rounds: int
+    spark_records: int  # 100-byte records in the topic the Spark queries and reads consume
+    spark_max_offsets_per_trigger: int
+    spark_rounds: int  # of each guarantee's query and of each read; Spark runs are slow, so apart
 
 
 FULL = Sizes(
@@ -57,6 +69,9 @@ FULL = Sizes(
     transactional_produce_bytes=500 * MB,
     isolation_log_bytes=1000 * MB,
     rounds=3,
+    spark_records=100_000,
+    spark_max_offsets_per_trigger=10_000,
+    spark_rounds=2,
 )
 QUICK = Sizes(
     produce_bytes={1000: 200 * MB, 100: 20 * MB},
@@ -66,6 +81,9 @@ QUICK = Sizes(
     transactional_produce_bytes=100 * MB,
     isolation_log_bytes=100 * MB,
     rounds=2,
+    spark_records=12_000,
+    spark_max_offsets_per_trigger=4_000,
+    spark_rounds=1,
 )
 
 
@@ -86,6 +104,7 @@ RESTART = Target("< 3 s", on_ratio=False, limit=3.0)
 RSS = Target("< 200 MB", on_ratio=False, limit=200.0)
 TRANSACTIONAL_VS_IDEMPOTENT = Target("ratio ≥ 0.95", on_ratio=True, limit=0.95)
 COMMITTED_VS_UNCOMMITTED = Target("ratio ≥ 0.95", on_ratio=True, limit=0.95)
+EXACTLY_ONCE_VS_AT_LEAST_ONCE = Target("ratio ≥ 0.9", on_ratio=True, limit=0.9)
 TARGETS = {
     "produce 1 KB records, MB/s, vs dd fdatasync": PRODUCE_VS_DISK,
     "consume MB/s vs produce MB/s, per record size": CONSUME_VS_PRODUCE,
@@ -96,6 +115,7 @@ TARGETS = {
         TRANSACTIONAL_VS_IDEMPOTENT
     ),
     "read_committed vs read_uncommitted, time to the end of the same log": COMMITTED_VS_UNCOMMITTED,
+    "Spark query records/s, exactly-once sink vs at-least-once": EXACTLY_ONCE_VS_AT_LEAST_ONCE,
 }
 
 
@@ -560,12 +580,128 @@ def isolation(run: Run) -> Outcome:
     return outcome
 
 
+def spark(run: Run) -> Outcome:
+    """The onceflow Spark source and sink on one topic of 100-byte records, local[2].
+
+    `spark_job.py`, a process of its own, streams the topic through the same query to another
+    topic with each delivery guarantee alternately, then batch-reads it; a read_committed
+    confluent-kafka consumer reads the same topic to its end before and after.
+    """
+    outcome = Outcome()
+    records = run.sizes.spark_records
+    with onceflow_broker(
+        run.new_dir("spark-data"), {"num.partitions": str(THROUGHPUT_PARTITIONS)}, run.work_dir
+    ) as broker:
+        broker.start()
+        outcome.figures["input"] = _produce(
+            run, broker, "spark-in", SPARK_RECORD_SIZE, records * SPARK_RECORD_SIZE
+        )
+        consumer_reads = [_read_committed(run, broker, "spark-in")]
+        run.step(
+            f"Spark job: {run.sizes.spark_rounds} x (exactly-once, at-least-once) query, maxOffsetsPerTrigger"
+            f" {run.sizes.spark_max_offsets_per_trigger:,}, then {run.sizes.spark_rounds} batch reads"
+        )
+        job = run_script(
+            [SPARK_JOB_SCRIPT],
+            {
+                "bootstrap": broker.bootstrap,
+                "topic": "spark-in",
+                "partitions": THROUGHPUT_PARTITIONS,
+                "records": records,
+                "max_offsets_per_trigger": run.sizes.spark_max_offsets_per_trigger,
+                "rounds": run.sizes.spark_rounds,
+                "work_dir": run.new_dir("spark-job"),
+            },
+            timeout_s=3600,
+            log_dir=run.work_dir,
+        )
+        consumer_reads.append(_read_committed(run, broker, "spark-in"))
+        broker.stop()
+    streams: dict[str, list[dict[str, Any]]] = job["stream"]
+    rates = {
+        guarantee: statistics.median(figures["records_per_s"] for figures in runs)
+        for guarantee, runs in streams.items()
+    }
+    # Each run's first batch is out of the throughput window, so out of the latency figures too.
+    batch_ms = {
+        guarantee: [ms for figures in runs for ms in figures["batch_ms"][1:]]
+        for guarantee, runs in streams.items()
+    }
+    latencies = {
+        guarantee: {"p50_ms": _percentile(values, 50), "p99_ms": _percentile(values, 99)}
+        for guarantee, values in batch_ms.items()
+    }
+    read_rate = statistics.median(figures["records_per_s"] for figures in job["read"])
+    consumer_rate = statistics.median(figures["records_per_s"] for figures in consumer_reads)
+    outcome.figures.update(
+        {
+            "stream": streams,
+            "median_records_per_s": rates,
+            "batch_latency": latencies,
+            "spark_read": job["read"],
+            "consumer_read": consumer_reads,
+        }
+    )
+    label = f"{records:,} x {SPARK_RECORD_SIZE} B, {run.sizes.spark_max_offsets_per_trigger:,}/batch"
+    outcome.rows.append(
+        Row(
+            f"Spark query, exactly-once ({label})",
+            "k rec/s",
+            rates["exactly-once"] / 1000,
+            rates["at-least-once"] / 1000,
+            "at-least-once",
+            EXACTLY_ONCE_VS_AT_LEAST_ONCE,
+        )
+    )
+    for key, text in (("p50_ms", "p50"), ("p99_ms", "p99")):
+        outcome.rows.append(
+            Row(
+                f"Spark micro-batch {text}, exactly-once",
+                "ms",
+                latencies["exactly-once"][key],
+                latencies["at-least-once"][key],
+                "at-least-once",
+            )
+        )
+    outcome.rows.append(
+        Row(
+            f"Spark batch read, {records:,} x {SPARK_RECORD_SIZE} B",
+            "k rec/s",
+            read_rate / 1000,
+            consumer_rate / 1000,
+            "confluent-kafka",
+        )
+    )
+    return outcome
+
+
+def _read_committed(run: Run, broker: BrokerProcess, topic: str) -> dict[str, Any]:
+    run.step(f"read {topic} to the end, read_committed, confluent-kafka <- {broker.name}")
+    return _with_rates(
+        run.client(
+            "read-to-end",
+            timeout_s=600,
+            bootstrap=broker.bootstrap,
+            topic=topic,
+            partitions=THROUGHPUT_PARTITIONS,
+            isolation_level="read_committed",
+        )
+    )
+
+
+def _percentile(values: list[float], percent: int) -> float:
+    """Nearest-rank percentile: with few batches, p99 is the slowest one."""
+    ordered = sorted(values)
+    return ordered[max(0, -(-len(ordered) * percent // 100) - 1)]
+
+
 SCENARIOS: dict[str, Callable[[Run], Outcome]] = {
     "throughput": throughput,
     "latency": latency,
     "restart": restart,
     "transactions": transactions,
     "isolation": isolation,
+    "spark": spark,
 }
 
 

@@ -1,0 +1,178 @@
+"""Spark side of the `spark` benchmark: one local[2] session, figures as one JSON line on stdout.
+
+    spark_job.py --bootstrap HOST:PORT --topic T --records N --max-offsets-per-trigger M
+                 --rounds R --work-dir DIR
+
+Runs the same streaming query (onceflow source -> a light transform -> onceflow sink) to the
+input's end offsets, exactly-once and at-least-once alternately, R times each, then R batch
+reads of the whole topic. The session starts once, before any clock, in this process of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+GUARANTEES = ("exactly-once", "at-least-once")
+_METADATA_TIMEOUT_S = 30.0
+_QUERY_TIMEOUT_S = 900.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--partitions", type=int, required=True)
+    parser.add_argument("--records", type=int, required=True)
+    parser.add_argument("--max-offsets-per-trigger", type=int, required=True)
+    parser.add_argument("--rounds", type=int, required=True)
+    parser.add_argument("--work-dir", type=Path, required=True)
+    args = parser.parse_args()
+    # Executors run this interpreter, which has onceflow; loopback only, whatever the host name.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    # Imported after the environment is set: the JVM starts with the session.
+    from pyspark.sql import SparkSession
+
+    import onceflow.spark
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        # Every batch's progress is needed, not only the last 100.
+        .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    onceflow.spark.register(spark)
+    try:
+        ends = end_offsets(args.bootstrap, args.topic, args.partitions)
+        if sum(ends.values()) != args.records:
+            raise SystemExit(
+                f"topic {args.topic} holds {sum(ends.values())} records, expected {args.records}"
+            )
+        streams: dict[str, list[dict[str, Any]]] = {guarantee: [] for guarantee in GUARANTEES}
+        for round_number in range(1, args.rounds + 1):
+            for guarantee in GUARANTEES:
+                streams[guarantee].append(stream(spark, args, guarantee, round_number, ends))
+        reads = [batch_read(spark, args) for _ in range(args.rounds)]
+    finally:
+        spark.stop()
+    print(json.dumps({"stream": streams, "read": reads}))
+    return 0
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[str, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "spark-bench-offsets"})
+    try:
+        return {
+            str(partition): consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=_METADATA_TIMEOUT_S
+            )[1]
+            for partition in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def stream(
+    spark: Any, args: argparse.Namespace, guarantee: str, round_number: int, ends: dict[str, int]
+) -> dict[str, Any]:
+    """Run the query from the earliest offsets until a batch ends at `ends`; time it by its progress.
+
+    The measured window runs from the end of the first batch to the end of the last one, so it
+    leaves out the query's start-up and its first batch (Python workers, connections and, for
+    exactly-once, the transactional producers' init); the records are those of the later batches.
+    """
+    from pyspark.sql import functions
+
+    name = f"{guarantee}-{round_number}"
+    payments = (
+        spark.readStream.format("onceflow")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
+        .load()
+    )
+    transformed = payments.select(
+        "key", functions.concat(functions.upper("value"), functions.lit(b"!")).alias("value")
+    )
+    query = (
+        transformed.writeStream.format("onceflow")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("topic", f"spark-out-{name}")
+        .option("deliveryGuarantee", guarantee)
+        .option("checkpointLocation", str(args.work_dir / f"checkpoint-{name}"))
+        .queryName(name.replace("-", "_"))
+        .start()
+    )
+    deadline = time.monotonic() + _QUERY_TIMEOUT_S
+    try:
+        while not reached(query.lastProgress, ends):
+            if query.exception() is not None:
+                raise SystemExit(f"query {name} failed: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"query {name} did not reach {ends} in {_QUERY_TIMEOUT_S:.0f} s")
+            time.sleep(0.05)
+    finally:
+        query.stop()
+    batches = [progress for progress in query.recentProgress if progress["numInputRows"] > 0]
+    rows = sum(progress["numInputRows"] for progress in batches)
+    if rows != args.records:
+        raise SystemExit(f"query {name} read {rows} rows, expected {args.records}")
+    first, last = batches[0], batches[-1]
+    seconds = batch_end(last) - batch_end(first)
+    timed_records = rows - first["numInputRows"]
+    return {
+        "records": rows,
+        "batches": len(batches),
+        "timed_records": timed_records,
+        "seconds": seconds,
+        "records_per_s": timed_records / seconds,
+        "first_batch_ms": first["durationMs"]["triggerExecution"],
+        "batch_ms": [progress["durationMs"]["triggerExecution"] for progress in batches],
+    }
+
+
+def reached(progress: dict[str, Any] | None, ends: dict[str, int]) -> bool:
+    if not progress or not progress["sources"]:
+        return False
+    end = progress["sources"][0]["endOffset"]
+    offsets = json.loads(end) if isinstance(end, str) else end
+    return bool(offsets) and next(iter(offsets.values())) == ends
+
+
+def batch_end(progress: dict[str, Any]) -> float:
+    started = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+    return started + progress["durationMs"]["triggerExecution"] / 1000
+
+
+def batch_read(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """`spark.read.format("onceflow")` of the whole topic, `count()`ed: one job, timed whole."""
+    started = time.perf_counter()
+    records = (
+        spark.read.format("onceflow")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.topic)
+        .load()
+        .count()
+    )
+    seconds = time.perf_counter() - started
+    if records != args.records:
+        raise SystemExit(f"the batch read counted {records} records, expected {args.records}")
+    return {"records": records, "seconds": seconds, "records_per_s": records / seconds}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
