@@ -27,8 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     broker.add_argument("--log-level", default="WARNING")
 
-    demo = commands.add_parser("demo", help="the main job: an idempotent round trip on an embedded broker")
-    demo.add_argument("--messages", type=int, default=10_000)
+    demo = commands.add_parser(
+        "demo", help="the main job: the three delivery guarantees side by side under the same faults"
+    )
+    demo.add_argument("--report-dir", type=Path, default=Path("demo-report"), help="JSON and HTML reports")
+    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--short", action="store_true", help="fewer records, for CI")
+    demo.add_argument("--bootstrap", help="an external Kafka cluster (no broker faults then)")
 
     from onceflow.lab.command import add_lab_arguments
 
@@ -49,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from onceflow.demo import run_demo
 
-            return run_demo(args.messages)
+            return run_demo(args.report_dir, args.seed, args.short, args.bootstrap)
         if args.command == "lab":
             from onceflow.lab.command import run_lab_command
 

@@ -180,8 +180,8 @@ def start_queries(spark: SparkSession, settings: PipelineSettings, sink: Balance
 
 
 class IdleWatch:
-    """Says when no query has had new input for a while: no batch with new data is planned or
-    running, and no query's end offsets moved."""
+    """Says when every query has caught up and stayed so for a while: each has finished a batch in
+    this run that reached the source's latest offsets, none has new data, and no end offset moved."""
 
     def __init__(self, queries: list[StreamingQuery], idle_s: float) -> None:
         self.queries = queries
@@ -193,9 +193,11 @@ class IdleWatch:
         seen: list[object] = []
         for query in self.queries:
             progress = query.lastProgress
-            seen.append(progress["sources"][0]["endOffset"] if progress and progress["sources"] else None)
-            if query.status["isDataAvailable"]:
-                seen.append(time.monotonic())  # busy: always counts as a change
+            source = progress["sources"][0] if progress and progress["sources"] else None
+            caught_up = source is not None and source["endOffset"] == source["latestOffset"]
+            if not caught_up or query.status["isDataAvailable"]:
+                seen.append(time.monotonic())  # busy or not started: always counts as a change
+            seen.append(source["endOffset"] if source else None)
         if seen != self.last_seen:
             self.last_seen, self.since = seen, time.monotonic()
         return time.monotonic() - self.since >= self.idle_s
