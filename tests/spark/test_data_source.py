@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
@@ -150,3 +153,21 @@ def test_limit_offsets_never_moves_back_and_caps_the_batch(
     # Each partition with a backlog advances by at least one, so the cap can be exceeded by that much.
     assert total <= max(cap, 0) + len(partitions)
     assert total == backlog or total >= min(cap, backlog) - len(partitions)
+
+
+def test_a_write_longer_than_the_transaction_timeout_fails_fast(
+    spark: SparkSession, broker: EmbeddedBroker
+) -> None:
+    create(broker.bootstrap_servers, ("slow", 1))
+
+    def slowly(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            time.sleep(1.5)
+            yield batch
+
+    frame = spark.createDataFrame([("x",)], "value string").mapInArrow(slowly, "value string")
+    with pytest.raises(PySparkException, match=r"does not fit in kafka\.transaction\.timeout\.ms=1000"):
+        frame.write.format("onceflow").option("kafka.bootstrap.servers", broker.bootstrap_servers).option(
+            "topic", "slow"
+        ).option("kafka.transaction.timeout.ms", "1000").mode("append").save()
+    assert values(read_to_end(broker.bootstrap_servers, "slow", 1, "read_committed")) == []
