@@ -127,32 +127,27 @@ def write_report(report: dict[str, Any], started: datetime) -> Path:
     path = RESULTS_DIR / f"{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
     latest_path = RESULTS_DIR / "latest.json"
-    latest = (
-        merge_latest(json.loads(latest_path.read_text()), report, path.name)
-        if latest_path.exists()
-        else report
-    )
-    latest_path.write_text(json.dumps(latest, indent=2) + "\n")
+    previous = json.loads(latest_path.read_text()) if latest_path.exists() else None
+    latest_path.write_text(json.dumps(merge_latest(previous, report, path.name), indent=2) + "\n")
     return path
 
 
-def merge_latest(latest: dict[str, Any], report: dict[str, Any], file_name: str) -> dict[str, Any]:
+def merge_latest(latest: dict[str, Any] | None, report: dict[str, Any], file_name: str) -> dict[str, Any]:
     """The previous latest.json with this run's scenarios replaced, so `--only` keeps the others.
 
     The run-wide fields (times, machine, sizes) are this run's; `results_files` names the run
     each scenario's figures come from, whose file has that run's machine and load average.
     """
-    if report["quick"] != latest["quick"]:
-        return report
+    files = {name: file_name for name in report["scenarios"]}
+    # Quick figures only show that things run: they never sit next to full ones.
+    if latest is None or latest["quick"] != report["quick"]:
+        return {**report, "results_files": files}
     selected = set(report["scenarios"])
-    # A latest.json from before this merge is one whole run, named by its start time.
-    whole_run = datetime.fromisoformat(latest["started_at"]).strftime("%Y%m%dT%H%M%SZ.json")
-    files = latest.get("results_files") or {name: whole_run for name in latest["scenarios"]}
-    kept_rows = [row for row in latest["rows"] if row.get("from_scenario") not in selected]
+    kept_rows = [row for row in latest["rows"] if row["from_scenario"] not in selected]
     return {
         **report,
         "scenarios": [name for name in SCENARIOS if name in selected or name in latest["scenarios"]],
-        "results_files": {**files, **{name: file_name for name in report["scenarios"]}},
+        "results_files": {**latest["results_files"], **files},
         "rows": kept_rows + report["rows"],
         "figures": {**latest["figures"], **report["figures"]},
     }
