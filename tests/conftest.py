@@ -7,12 +7,30 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from onceflow import EmbeddedBroker
+from tests.postgres import PostgresServer
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh SQLite file, or a fresh database on a real PostgreSQL server on 127.0.0.1."""
+    if request.param == "sqlite":
+        return str(tmp_path / "results.db")
+    # Looked up here so that a run of only the SQLite cases starts no server.
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.create_database(f"test_{uuid.uuid4().hex[:16]}")
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,23 +11,12 @@ import pytest
 from onceflow.pipeline.events import ORDER_STATUS_TOPIC, SEAT_RESERVATIONS_TOPIC, ensure_output_topics
 from onceflow.pipeline.process import CommittedReader, PipelineProcess, payment_id
 from onceflow.pipeline.settings import PipelineSettings
-from tests.postgres import PostgresServer
 from tests.spark_cluster import SPARK_ENV
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    with PostgresServer() as server:
-        yield server
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "balances.db")
-    # Looked up here so that a run of only the SQLite case starts no server.
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return server.create_database(f"pipeline_{uuid.uuid4().hex[:16]}")
+@pytest.fixture
+def db(database: str) -> str:
+    return database
 
 
 @pytest.fixture

@@ -58,6 +58,7 @@ class SinkSettings:
     guarantee: str
     transactional_id_prefix: str | None
     progress_topic: str
+    progress_partitions: int
     transaction_timeout_ms: int
 
     @classmethod
@@ -86,13 +87,17 @@ class SinkSettings:
             guarantee=guarantee,
             transactional_id_prefix=options.get("transactionalIdPrefix"),
             progress_topic=options.get("progressTopic", DEFAULT_PROGRESS_TOPIC),
+            progress_partitions=int(options.get("progressTopicPartitions", DEFAULT_PROGRESS_PARTITIONS)),
             transaction_timeout_ms=timeout_ms,
         )
 
-    def ensure_progress_topic(self, partitions: int) -> None:
-        """Create the progress topic on the driver, once, before any task needs it."""
+    def prepare(self) -> None:
+        """On the driver, before any task runs: create the progress topic that exactly-once needs."""
+        if self.guarantee != EXACTLY_ONCE:
+            return
         admin = AdminClient(self.config)
-        future = admin.create_topics([NewTopic(self.progress_topic, partitions, -1)])[self.progress_topic]
+        topic = NewTopic(self.progress_topic, self.progress_partitions, -1)
+        future = admin.create_topics([topic])[self.progress_topic]
         try:
             future.result(timeout=CLIENT_TIMEOUT_S)
         except KafkaException as error:
@@ -286,10 +291,7 @@ class OnceflowStreamWriter(DataSourceStreamWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.settings = SinkSettings.from_options(options, schema)
-        if self.settings.guarantee == EXACTLY_ONCE:
-            self.settings.ensure_progress_topic(
-                int(options.get("progressTopicPartitions", DEFAULT_PROGRESS_PARTITIONS))
-            )
+        self.settings.prepare()
 
     def write(self, iterator: Iterator[Row]) -> TaskReport:
         if self.settings.guarantee == AT_LEAST_ONCE:
@@ -318,10 +320,7 @@ class OnceflowBatchWriter(DataSourceWriter):
         self.settings = SinkSettings.from_options(options, schema)
         # A fresh prefix per write: its tasks' retries find each other's progress, nothing else does.
         self.prefix = self.settings.transactional_id_prefix or f"onceflow-write-{uuid.uuid4()}"
-        if self.settings.guarantee == EXACTLY_ONCE:
-            self.settings.ensure_progress_topic(
-                int(options.get("progressTopicPartitions", DEFAULT_PROGRESS_PARTITIONS))
-            )
+        self.settings.prepare()
 
     def write(self, iterator: Iterator[Row]) -> TaskReport:
         if self.settings.guarantee == AT_LEAST_ONCE:
