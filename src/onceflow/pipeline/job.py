@@ -18,6 +18,7 @@ a crash counts twice, as a store without progress tracking would.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import uuid
@@ -39,6 +40,8 @@ from onceflow.pipeline.settings import BALANCES_QUERY_ID, EXACTLY_ONCE, Pipeline
 from onceflow.spark.database import BalanceSink, check_fresh_start
 from onceflow.stores import open_store
 
+# As on a cluster, where spark.task.maxFailures defaults to 4.
+LOCAL_TASK_ATTEMPTS = 4
 PAYMENT_SCHEMA = (
     "payment_id string, account string, amount_cents long, flight string, seat string, status string"
 )
@@ -140,12 +143,19 @@ def read_payments(spark: SparkSession, settings: PipelineSettings) -> DataFrame:
     return reader.load()
 
 
+def with_task_retries(master: str) -> str:
+    """`local[N]` as `local[N,4]`: a failed task gets the retries it gets on a cluster
+    (spark.task.maxFailures), instead of failing the query at once, as plain local mode does."""
+    single = re.fullmatch(r"local\[(\d+|\*)\]", master)
+    return f"local[{single.group(1)},{LOCAL_TASK_ATTEMPTS}]" if single else master
+
+
 def session(master: str) -> SparkSession:
     # Executors start this same interpreter, which has onceflow installed; Spark passes it along to
     # a standalone cluster's workers too.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = (
-        SparkSession.builder.master(master)
+        SparkSession.builder.master(with_task_retries(master))
         .appName("onceflow-pipeline")
         .config("spark.ui.enabled", "false")
         # Only the balances' per-account sums shuffle, and they are small.
