@@ -42,6 +42,7 @@ from onceflow.stores import open_store
 
 # As on a cluster, where spark.task.maxFailures defaults to 4.
 LOCAL_TASK_ATTEMPTS = 4
+FIRST_BATCH_TIMEOUT_S = 120.0
 PAYMENT_SCHEMA = (
     "payment_id string, account string, amount_cents long, flight string, seat string, status string"
 )
@@ -186,7 +187,13 @@ def start_queries(spark: SparkSession, settings: PipelineSettings, sink: Balance
     if settings.trigger_ms is not None:
         bookings = bookings.trigger(processingTime=f"{settings.trigger_ms} milliseconds")
         balances = balances.trigger(processingTime=f"{settings.trigger_ms} milliseconds")
-    return [bookings.start(), balances.start()]
+    started = bookings.start()
+    # One query's first batch before the other starts: Spark 4.3 once failed the first tasks of
+    # two Python-source queries planned at the same moment (java.io.OptionalDataException).
+    deadline = time.monotonic() + FIRST_BATCH_TIMEOUT_S
+    while started.isActive and started.lastProgress is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [started, balances.start()]
 
 
 class IdleWatch:
