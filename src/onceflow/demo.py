@@ -70,7 +70,7 @@ def run_demo(
         guarantees = (EXACTLY_ONCE,) if bootstrap else (EXACTLY_ONCE, AT_LEAST_ONCE)
         for guarantee in guarantees:
             runs.append(_pipeline_stage(progress, guarantee, size, seed, bootstrap, workdir / guarantee))
-    print_table(runs, console)
+    print_table(runs, console, title="onceflow demo: delivery guarantees under the same faults")
     write_json(runs, report_dir / "report.json")
     write_html(runs, report_dir / "report.html", title="onceflow demo: delivery guarantees under faults")
     console.print(f"reports: {report_dir / 'report.json'}, {report_dir / 'report.html'}")

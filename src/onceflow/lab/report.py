@@ -28,21 +28,34 @@ def label(run: Run) -> str:
     return f"{run['guarantee']} / {', '.join(run['faults']) or 'no faults'}"
 
 
-def print_table(runs: Sequence[Run], console: Console | None = None) -> None:
-    table = Table(title="delivery-semantics lab")
+def print_table(
+    runs: Sequence[Run], console: Console | None = None, title: str = "delivery-semantics lab"
+) -> None:
+    # Runs of the demo also say which stage they come from and whether database balances matched.
+    staged = any("stage" in run for run in runs)
+    balanced = any("balances_match" in run for run in runs)
+    table = Table(title=title)
+    if staged:
+        table.add_column("stage", no_wrap=True)
     table.add_column("guarantee", no_wrap=True)
     table.add_column("faults", overflow="fold")
     for key in COUNTS:
         table.add_column(HEADERS.get(key, key), justify="right")
+    if balanced:
+        table.add_column("balances")
     table.add_column("anomalies", overflow="fold")
     for run in runs:
         kinds = Counter(anomaly["kind"] for anomaly in run["anomalies"])
-        table.add_row(
-            run["guarantee"],
-            ",".join(run["faults"]) or "none",
-            *(_count_cell(key, run[key]) for key in COUNTS),
-            ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "[green]none[/]",
+        cells = [run.get("stage", "")] if staged else []
+        cells += [run["guarantee"], ", ".join(run["faults"]) or "none"]
+        cells += [_count_cell(key, run[key]) for key in COUNTS]
+        if balanced:
+            match = run.get("balances_match")
+            cells.append("" if match is None else "[green]exact[/]" if match else "[bold red]wrong[/]")
+        cells.append(
+            ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "[green]none[/]"
         )
+        table.add_row(*cells)
     (console or Console()).print(table)
 
 
