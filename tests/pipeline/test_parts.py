@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,18 @@ def test_an_empty_checkpoint_is_refused_once_the_database_holds_results(tmp_path
         (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}")
         check_fresh_start(store, "q", checkpoint)  # the original checkpoint: a restart
         check_fresh_start(store, "other-query", tmp_path / "elsewhere")
+
+
+def test_a_bad_database_target_is_one_readable_line(tmp_path: Path) -> None:
+    command = ["pipeline", "run", "--bootstrap", "127.0.0.1:1", "--checkpoint", str(tmp_path / "ckpt")]
+    run = subprocess.run(
+        [sys.executable, "-m", "onceflow.cli", *command, "--db", "foo://bar"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert run.stderr.strip() == (
+        "onceflow pipeline: unknown store target 'foo://bar': use a SQLite file path, sqlite:///path or "
+        "postgresql://..."
+    )

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from onceflow.pipeline.events import INPUT_TOPIC, generate
 from onceflow.pipeline.settings import AT_LEAST_ONCE, EXACTLY_ONCE, PipelineSettings
+from onceflow.stores import StoreError, open_store
 
 
 def positive_int(text: str) -> int:
@@ -40,6 +44,15 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_pipeline_command(args: argparse.Namespace) -> int:
+    """Errors a user can fix (a bad database target, an unreachable broker) are one line on stderr."""
+    try:
+        return _run(args)
+    except (StoreError, KafkaException, ValueError) as error:
+        print(f"onceflow pipeline: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.pipeline_command == "generate":
         workload = generate(args.bootstrap, args.count, args.seed, args.partitions)
         committed = workload.committed()
@@ -50,6 +63,7 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
             f"{args.count - len(committed)} aborted; expected total {total} cents"
         )
         return 0
+    open_store(args.db).close()  # a bad target fails here, before Spark starts
     from onceflow.pipeline.job import run_pipeline  # imports pyspark: only when it runs
 
     return run_pipeline(
