@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
 
     add_pipeline_arguments(commands.add_parser("pipeline", help="the payments pipeline on Spark"))
 
+    from onceflow.fuzz.command import add_fuzz_arguments
+
+    add_fuzz_arguments(commands.add_parser("fuzz", help="fuzz a broker with mutated real client requests"))
+
     add_admin_commands(commands)
 
     args = parser.parse_args(argv)
@@ -59,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             from onceflow.lab.command import run_lab_command
 
             return run_lab_command(args)
+        if args.command == "fuzz":
+            from onceflow.fuzz.command import run_fuzz_command
+
+            return run_fuzz_command(args)
         if args.command == "pipeline":
             from onceflow.pipeline.command import run_pipeline_command
 

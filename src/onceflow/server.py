@@ -64,9 +64,9 @@ class BrokerServer:
         assert task is not None
         self._connections[task] = writer
         replies: asyncio.Queue[tuple[int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT_PER_CONNECTION)
-        sender = asyncio.create_task(_send_replies(replies, writer))
-        connection = Connection(self.broker.config.get_int("socket.request.max.bytes"))
         peer = writer.get_extra_info("peername")
+        sender = asyncio.create_task(_send_replies(replies, writer, peer))
+        connection = Connection(self.broker.config.get_int("socket.request.max.bytes"))
         try:
             while not sender.done():
                 data = await reader.read(READ_CHUNK_BYTES)
@@ -104,12 +104,21 @@ class BrokerServer:
         return event.correlation_id, reply
 
 
-async def _send_replies(replies: asyncio.Queue[tuple[int, Any] | None], writer: asyncio.StreamWriter) -> None:
-    while (item := await replies.get()) is not None:
-        correlation_id, reply = item
-        response = await reply if isinstance(reply, asyncio.Future) else reply
-        writer.write(encode_response(correlation_id, response))
-        await writer.drain()
+async def _send_replies(
+    replies: asyncio.Queue[tuple[int, Any] | None], writer: asyncio.StreamWriter, peer: Any
+) -> None:
+    try:
+        while (item := await replies.get()) is not None:
+            correlation_id, reply = item
+            response = await reply if isinstance(reply, asyncio.Future) else reply
+            writer.write(encode_response(correlation_id, response))
+            await writer.drain()
+    except (ConnectionError, asyncio.CancelledError):
+        raise
+    except Exception:
+        # A reply that failed is a bug, not the client's fault: say so, as the read loop does.
+        log.exception("closing connection from %s after an internal error", peer)
+        writer.transport.abort()
 
 
 async def _finish(sender: asyncio.Task[None], writer: asyncio.StreamWriter) -> None:

@@ -17,6 +17,7 @@ import random
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
@@ -33,11 +34,21 @@ class FaultPlan:
 
 
 class FaultProxy:
-    """`with FaultProxy(FaultPlan(...)) as proxy: proxy.upstream = (host, port)`."""
+    """`with FaultProxy(FaultPlan(...)) as proxy: proxy.upstream = (host, port)`.
 
-    def __init__(self, plan: FaultPlan, upstream: tuple[str, int] | None = None) -> None:
+    `on_request`, when given, sees every request frame (without its length prefix) on its way to
+    the broker: the fuzzer records real clients' requests with it.
+    """
+
+    def __init__(
+        self,
+        plan: FaultPlan,
+        upstream: tuple[str, int] | None = None,
+        on_request: Callable[[bytes], None] | None = None,
+    ) -> None:
         self.plan = plan
         self.upstream = upstream
+        self.on_request = on_request
         self.responses_dropped = 0
         self.responses_forwarded = 0
         self._random = random.Random(plan.seed)
@@ -88,7 +99,11 @@ class FaultProxy:
         except OSError:
             client_writer.close()
             return
-        requests = asyncio.create_task(_pipe(client_reader, broker_writer))
+        requests = asyncio.create_task(
+            _pipe(client_reader, broker_writer)
+            if self.on_request is None
+            else _pipe_frames(client_reader, broker_writer, self.on_request)
+        )
         responses = asyncio.create_task(self._responses(broker_reader, client_writer))
         await asyncio.wait([requests, responses], return_when=asyncio.FIRST_COMPLETED)
         for task in (requests, responses):
@@ -116,6 +131,17 @@ class FaultProxy:
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     while data := await reader.read(256 * 1024):
         writer.write(data)
+        await writer.drain()
+
+
+async def _pipe_frames(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_frame: Callable[[bytes], None]
+) -> None:
+    while True:
+        prefix = await reader.readexactly(4)
+        body = await reader.readexactly(_INT32.unpack(prefix)[0])
+        on_frame(body)
+        writer.write(prefix + body)
         await writer.drain()
 
 

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import random
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 FAULTS = ("lost-acks", "producer-crash", "consumer-crash", "broker-crash", "txn-timeout")
 # Faults that need the lab's own broker: one restarts it, the other needs it to advertise the proxy.
@@ -50,38 +46,3 @@ def schedule(
     if "txn-timeout" in faults:
         events.append(FaultEvent(rng.uniform(0.5, window_s / 2), "hang-transaction"))
     return sorted(events, key=lambda event: event.at_s)
-
-
-class BrokerProcess:
-    """`onceflow broker` as a subprocess, so that the lab can SIGKILL it and start it on the same port."""
-
-    def __init__(self, data_dir: Path, settings: dict[str, str], log_path: Path) -> None:
-        self.data_dir = data_dir
-        self.settings = settings
-        self.log_path = log_path
-        self.port = 0
-        self.process: subprocess.Popen[str] | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> BrokerProcess:
-        command = [sys.executable, "-m", "onceflow.cli", "broker", "--listen", f"127.0.0.1:{self.port}"]
-        command += ["--data-dir", str(self.data_dir)]
-        for key, value in self.settings.items():
-            command += ["--set", f"{key}={value}"]
-        with self.log_path.open("a") as log:
-            self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if "listening on" not in line:
-            self.kill()
-            raise RuntimeError(f"the broker did not start: {line!r}, see {self.log_path}")
-        self.port = int(line.rsplit(":", 1)[1])
-        return self
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=30)

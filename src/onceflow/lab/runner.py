@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from onceflow.faults.broker_process import BrokerProcess
 from onceflow.faults.proxy import FaultPlan, FaultProxy
 from onceflow.lab import faults
 from onceflow.lab.checker import CheckResult, check
@@ -95,7 +96,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, log: Log = lambda _line: Non
     with FaultProxy(FaultPlan(seed=scenario.seed)) as proxy:
         broker = None
         if scenario.bootstrap is None:
-            broker = faults.BrokerProcess(
+            broker = BrokerProcess(
                 run_dir / "broker-data",
                 {
                     # Clients learn the proxy's address from Metadata, so every request passes it.
@@ -119,7 +120,7 @@ class _Run:
         scenario: Scenario,
         run_dir: Path,
         proxy: FaultProxy,
-        broker: faults.BrokerProcess | None,
+        broker: BrokerProcess | None,
         log: Log,
     ) -> None:
         self.scenario = scenario

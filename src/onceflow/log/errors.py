@@ -45,6 +45,10 @@ class InvalidPartitionsError(_FixedCodeError):
     code = ErrorCode.invalid_partitions
 
 
+class PolicyViolationError(_FixedCodeError):
+    code = ErrorCode.policy_violation
+
+
 class InvalidConfigError(_FixedCodeError):
     code = ErrorCode.invalid_config
 

@@ -28,6 +28,7 @@ from onceflow.log.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
+    PolicyViolationError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -40,6 +41,7 @@ TOPICS_FILE = "topics.json"
 RECOVERY_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOCK_FILE = ".lock"
 MAX_TOPIC_NAME_LENGTH = 249
+MAX_NEW_PARTITIONS_PER_REQUEST = 10_000
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _PARTITION_DIR = re.compile(r"[a-zA-Z0-9._-]+-\d+")
 # A directory being removed is renamed first, so a crash mid-removal leaves it recognisable.
@@ -95,6 +97,7 @@ class LogManager:
             raise TopicExistsError(f"topic '{name}' already exists")
         if partitions < 1:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
+        _check_partitions_per_request(partitions)
         return self._overlay(configs)
 
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> TopicInfo:
@@ -127,6 +130,7 @@ class LogManager:
                 f"topic '{name}' has {info.partitions} partitions; the count can only grow, "
                 f"so {new_total} is not allowed"
             )
+        _check_partitions_per_request(new_total - info.partitions)
         return info
 
     def create_partitions(self, name: str, new_total: int) -> None:
@@ -300,3 +304,13 @@ def _remove_dir(directory: Path) -> None:
     target = _renamed(directory, _DELETE_SUFFIX)
     directory.rename(target)
     shutil.rmtree(target)
+
+
+def _check_partitions_per_request(new_partitions: int) -> None:
+    # Kafka's controller caps one request at 10,000 new partitions (POLICY_VIOLATION), so a
+    # count of 2^31-1 cannot make the broker create directories until the disk is full.
+    if new_partitions > MAX_NEW_PARTITIONS_PER_REQUEST:
+        raise PolicyViolationError(
+            f"excessively large number of partitions per request: {new_partitions} > "
+            f"{MAX_NEW_PARTITIONS_PER_REQUEST}"
+        )

@@ -15,6 +15,8 @@ from typing import Any
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from onceflow.protocol.bounds import FrameBoundsError, check_frame
+
 _INT32 = struct.Struct(">i")
 _REQUEST_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 
@@ -58,6 +60,14 @@ def decode_request(frame: bytes) -> tuple[Any, Any]:
     """(header, body) of one request frame without its length prefix."""
     api_key, api_version, _ = peek_request_prefix(frame)
     read_header, read_body = _request_readers(api_key, api_version)
+    body_class = request_type(api_key, api_version)
+    try:
+        # The native reader trusts lengths; this check makes sure they fit the frame first.
+        check_frame(frame, body_class.__header_schema__, body_class)
+    except FrameBoundsError as error:
+        raise MalformedRequestError(
+            f"api {api_key} v{api_version} does not fit its frame: {error}"
+        ) from error
     try:
         header, header_size = read_header(frame, 0)
         body, _ = read_body(frame, header_size)

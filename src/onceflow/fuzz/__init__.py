@@ -1,0 +1,1 @@
+"""A protocol fuzzer: real clients' requests, mutated, against a real broker process."""

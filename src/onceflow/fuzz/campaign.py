@@ -1,0 +1,409 @@
+"""A fuzzing campaign against a real broker process, built the way an attacker would.
+
+1. Real clients' requests are recorded through the fault proxy (`corpus`), after sentinel data is
+   written with acks=all.
+2. Many connections send seeded mutations of them (`mutate`) for a given time, one request at a
+   time each, and count answers and connections the broker closed.
+3. A monitor watches for a dead or unresponsive broker (a crash) and for tracebacks in its log
+   (internal errors). Each finding is narrowed down to the single frame that causes it, by
+   replaying the connection's last frames one by one, and saved as a regression case.
+4. The sentinel data must read back byte for byte, before and after a SIGKILL and restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import random
+import re
+import struct
+import time
+import uuid
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from onceflow.faults.broker_process import BrokerProcess
+from onceflow.faults.proxy import FaultPlan, FaultProxy
+from onceflow.fuzz import corpus
+from onceflow.fuzz.mutate import MUTATIONS, Seed, make_seed
+
+_INT32 = struct.Struct(">i")
+_API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 0x7EADBEEF, -1)
+_INTERNAL_ERROR = re.compile(r"closing connection from \('127\.0\.0\.1', (\d+)\) after an internal error")
+SENTINEL_RECORDS = 300
+RESPONSE_TIMEOUT_S = 1.0
+PROBE_TIMEOUT_S = 15.0
+MONITOR_INTERVAL_S = 0.5
+JANITOR_INTERVAL_S = 10.0
+FRAMES_KEPT_PER_CONNECTION = 3
+CONNECTIONS_REMEMBERED = 4096
+MAX_TRIAGES = 20
+BROKER_SETTINGS = {"group.initial.rebalance.delay.ms": "0", "transaction.timeout.ms": "10000"}
+
+
+@dataclass
+class Finding:
+    kind: str  # crash | internal-error
+    api_key: int
+    frame_hex: str
+    saved_as: str
+    detail: str
+
+
+@dataclass
+class FuzzReport:
+    seed: int
+    seconds: float = 0.0
+    connections: int = 0
+    corpus_frames: int = 0
+    corpus_api_keys: list[int] = field(default_factory=list)
+    requests_sent: int = 0
+    responses: int = 0
+    connections_closed_by_broker: int = 0
+    connections_timed_out: int = 0
+    requests_by_api_key: dict[int, int] = field(default_factory=dict)
+    requests_by_mutation: dict[str, int] = field(default_factory=dict)
+    crashes: int = 0
+    internal_errors: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    sentinel_records: int = 0
+    sentinel_intact: bool = False
+    sentinel_intact_after_restart: bool = False
+
+    @property
+    def clean(self) -> bool:
+        return (
+            self.crashes == 0
+            and self.internal_errors == 0
+            and self.sentinel_intact
+            and self.sentinel_intact_after_restart
+        )
+
+
+def run(seconds: float, seed: int, connections: int, workdir: Path, regressions: Path | None) -> FuzzReport:
+    workdir.mkdir(parents=True, exist_ok=True)
+    report = FuzzReport(seed=seed, connections=connections)
+    recorded = corpus.Corpus()
+    recording = True
+
+    def record(frame: bytes) -> None:
+        if recording:
+            recorded.add(frame)
+
+    with FaultProxy(FaultPlan(), on_request=record) as proxy:
+        settings = {**BROKER_SETTINGS, "advertised.listeners": f"PLAINTEXT://{proxy.address}"}
+        broker = BrokerProcess(workdir / "data", settings, workdir / "broker.log").start()
+        proxy.upstream = ("127.0.0.1", broker.port)
+        try:
+            sentinel = _write_sentinel(proxy.address)
+            corpus.record(proxy.address)
+            recording = False
+            report.sentinel_records = len(sentinel.values)
+            report.corpus_frames = len(recorded.frames)
+            report.corpus_api_keys = sorted(recorded.api_keys())
+            fuzzer = _Fuzzer(
+                broker, [make_seed(frame) for frame in recorded.frames], seed, report, regressions
+            )
+            asyncio.run(fuzzer.run(seconds, connections, proxy.address, sentinel.topic))
+            report.sentinel_intact = sentinel.reads_back(proxy.address)
+            broker.kill()
+            broker.start()
+            report.sentinel_intact_after_restart = sentinel.reads_back(proxy.address)
+        finally:
+            broker.kill()
+    return report
+
+
+@dataclass
+class _Sentinel:
+    topic: str
+    values: dict[int, list[bytes]]
+
+    def reads_back(self, bootstrap: str) -> bool:
+        """Every record written before the fuzzing, at its offset, byte for byte."""
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": f"{self.topic}-check", "enable.auto.commit": False}
+        )
+        try:
+            for partition, expected in self.values.items():
+                consumer.assign([TopicPartition(self.topic, partition, 0)])
+                got: list[bytes] = []
+                deadline = time.monotonic() + 30
+                while len(got) < len(expected) and time.monotonic() < deadline:
+                    message = consumer.poll(0.5)
+                    if message is None or message.error() is not None:
+                        continue
+                    if message.offset() != len(got):
+                        return False
+                    got.append(message.value() or b"")
+                if got != expected:
+                    return False
+            return True
+        finally:
+            consumer.close()
+
+
+def _write_sentinel(bootstrap: str) -> _Sentinel:
+    topic = f"onceflow-fuzz-sentinel-{uuid.uuid4().hex}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    values: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+    for number in range(SENTINEL_RECORDS):
+        value = hashlib.sha256(f"{topic}-{number}".encode()).digest() * (1 + number % 5)
+        producer.produce(topic, value=value, partition=number % 3)
+        values[number % 3].append(value)
+    if producer.flush(30) != 0:
+        raise RuntimeError("the sentinel data was not acknowledged")
+    return _Sentinel(topic, values)
+
+
+class _Fuzzer:
+    def __init__(
+        self,
+        broker: BrokerProcess,
+        seeds: list[Seed],
+        seed: int,
+        report: FuzzReport,
+        regressions: Path | None,
+    ) -> None:
+        self.broker = broker
+        self.seeds = seeds
+        self.seed = seed
+        self.report = report
+        self.regressions = regressions
+        self.by_api: Counter[int] = Counter()
+        self.by_mutation: Counter[str] = Counter()
+        # The last frames each connection sent, by its local port: the suspects of a finding.
+        self.recent: OrderedDict[int, deque[bytes]] = OrderedDict()
+        self.running = asyncio.Event()
+        self.stopping = False
+        self.log_offset = 0
+        self.signatures: set[str] = set()
+
+    async def run(self, seconds: float, connections: int, bootstrap: str, sentinel_topic: str) -> None:
+        self.log_offset = self.broker.log_path.stat().st_size
+        self.running.set()
+        started = time.monotonic()
+        workers = [asyncio.create_task(self._worker(index)) for index in range(connections)]
+        janitor = asyncio.create_task(self._janitor(bootstrap, sentinel_topic))
+        try:
+            while time.monotonic() - started < seconds:
+                await asyncio.sleep(MONITOR_INTERVAL_S)
+                await self._check_broker()
+        finally:
+            self.stopping = True
+            self.running.set()
+            await asyncio.gather(*workers, return_exceptions=True)
+            janitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await janitor
+        await self._check_broker()
+        self.report.seconds = round(time.monotonic() - started, 1)
+        self.report.requests_by_api_key = dict(sorted(self.by_api.items()))
+        self.report.requests_by_mutation = dict(sorted(self.by_mutation.items()))
+
+    async def _worker(self, index: int) -> None:
+        rng = random.Random(f"{self.seed}:{index}")
+        while not self.stopping:
+            await self.running.wait()
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection("127.0.0.1", self.broker.port), PROBE_TIMEOUT_S
+                )
+            except (OSError, TimeoutError):
+                await self._wait_for_broker()
+                continue
+            port = writer.get_extra_info("sockname")[1]
+            recent: deque[bytes] = deque(maxlen=FRAMES_KEPT_PER_CONNECTION)
+            self._remember(port, recent)
+            try:
+                await self._exchange(rng, reader, writer, recent)
+            finally:
+                writer.transport.abort()
+
+    async def _exchange(
+        self,
+        rng: random.Random,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        recent: deque[bytes],
+    ) -> None:
+        report = self.report
+        while not self.stopping and self.running.is_set():
+            seed = rng.choice(self.seeds)
+            mutation = rng.choice(MUTATIONS)
+            frames = mutation(rng, seed, self.seeds)
+            for frame in frames:
+                recent.append(frame)
+                writer.write(_INT32.pack(len(frame)) + frame)
+            report.requests_sent += len(frames)
+            self.by_api[seed.api_key] += len(frames)
+            self.by_mutation[mutation.__name__] += len(frames)
+            try:
+                await writer.drain()
+                for _ in frames:
+                    await asyncio.wait_for(_read_frame(reader), RESPONSE_TIMEOUT_S)
+                    report.responses += 1
+            except (asyncio.IncompleteReadError, ConnectionError):
+                report.connections_closed_by_broker += 1
+                return
+            except TimeoutError:
+                # acks=0, a long poll, a rebalance that waits: move on with a new connection.
+                report.connections_timed_out += 1
+                return
+
+    def _remember(self, port: int, recent: deque[bytes]) -> None:
+        self.recent[port] = recent
+        self.recent.move_to_end(port)
+        while len(self.recent) > CONNECTIONS_REMEMBERED:
+            self.recent.popitem(last=False)
+
+    async def _wait_for_broker(self) -> None:
+        while not self.stopping and not await _responds(self.broker.port, 1.0):
+            await self.running.wait()
+
+    async def _check_broker(self) -> None:
+        """A dead or hanging broker is a crash; a traceback in its log is an internal error."""
+        alive = self.broker.process is not None and self.broker.process.poll() is None
+        if not alive or not await _responds(self.broker.port, PROBE_TIMEOUT_S):
+            await self._crashed("exited" if not alive else "stopped answering")
+        await self._read_log()
+
+    async def _crashed(self, how: str) -> None:
+        self.report.crashes += 1
+        self.running.clear()
+        suspects = [frame for recent in list(self.recent.values())[-256:] for frame in recent]
+        await asyncio.to_thread(self._restart)
+        culprit = None
+        for frame in reversed(suspects[-MAX_TRIAGES * 8 :]):
+            await _send_one(self.broker.port, frame)
+            if (
+                self.broker.process is None
+                or self.broker.process.poll() is not None
+                or not await _responds(self.broker.port, PROBE_TIMEOUT_S)
+            ):
+                culprit = frame
+                await asyncio.to_thread(self._restart)
+                break
+        self.log_offset = self.broker.log_path.stat().st_size
+        self._found("crash", culprit, f"the broker {how}")
+        self.recent.clear()
+        self.running.set()
+
+    def _restart(self) -> None:
+        self.broker.kill()
+        self.broker.start()
+
+    async def _read_log(self) -> None:
+        with self.broker.log_path.open("rb") as log:
+            log.seek(self.log_offset)
+            text = log.read().decode(errors="replace")
+        self.log_offset += len(text.encode(errors="replace"))
+        tracebacks = text.count("Traceback (most recent call last)")
+        if not tracebacks:
+            return
+        self.report.internal_errors += tracebacks
+        for match in _INTERNAL_ERROR.finditer(text):
+            signature = _last_line_after(text, match.end())
+            if signature in self.signatures or len(self.signatures) >= MAX_TRIAGES:
+                continue
+            self.signatures.add(signature)
+            suspects = list(self.recent.get(int(match.group(1)), ()))
+            self._found("internal-error", await self._reproduce_internal_error(suspects), signature)
+
+    async def _reproduce_internal_error(self, suspects: list[bytes]) -> bytes | None:
+        for frame in reversed(suspects):
+            before = self.broker.log_path.stat().st_size
+            await _send_one(self.broker.port, frame)
+            if self.broker.log_path.stat().st_size > before:
+                with self.broker.log_path.open("rb") as log:
+                    log.seek(before)
+                    if b"internal error" in log.read():
+                        self.log_offset = self.broker.log_path.stat().st_size
+                        return frame
+        return None
+
+    def _found(self, kind: str, frame: bytes | None, detail: str) -> None:
+        saved_as = ""
+        api_key = -1
+        if frame is not None:
+            api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+            if self.regressions is not None:
+                self.regressions.mkdir(parents=True, exist_ok=True)
+                path = self.regressions / f"{kind}-api{api_key}-{hashlib.sha256(frame).hexdigest()[:12]}.hex"
+                path.write_text(frame.hex() + "\n")
+                saved_as = str(path)
+        self.report.findings.append(
+            Finding(kind, api_key, frame.hex() if frame else "", saved_as, detail.strip())
+        )
+
+    async def _janitor(self, bootstrap: str, sentinel_topic: str) -> None:
+        """Topics that mutated CreateTopics requests made pile up; delete them now and then."""
+        keep = {sentinel_topic}
+        while True:
+            await asyncio.sleep(JANITOR_INTERVAL_S)
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(_delete_topics_except, bootstrap, keep)
+
+
+def _delete_topics_except(bootstrap: str, keep: set[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [
+        name
+        for name in admin.list_topics(timeout=10).topics
+        if name not in keep and not name.startswith("__")
+    ]
+    for future in admin.delete_topics(names, operation_timeout=10).values() if names else ():
+        with contextlib.suppress(Exception):
+            future.result(30)
+
+
+def _last_line_after(text: str, start: int) -> str:
+    """The exception line that ends the traceback starting at `start`."""
+    lines = text[start:].splitlines()
+    for index, line in enumerate(lines[1:], start=1):
+        if line and not line.startswith((" ", "Traceback")):
+            return line
+        if index > 200:
+            break
+    return "unknown"
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    prefix = await reader.readexactly(4)
+    return await reader.readexactly(_INT32.unpack(prefix)[0])
+
+
+async def _send_one(port: int, frame: bytes) -> None:
+    """Send one frame on a fresh connection and wait for its answer or for the connection to close."""
+    with contextlib.suppress(OSError, TimeoutError, asyncio.IncompleteReadError):
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+        try:
+            writer.write(_INT32.pack(len(frame)) + frame)
+            await writer.drain()
+            await asyncio.wait_for(_read_frame(reader), 3)
+        finally:
+            writer.transport.abort()
+
+
+async def _responds(port: int, timeout_s: float) -> bool:
+    """Does the broker answer an ApiVersions request on a new connection?"""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout_s)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        writer.write(_INT32.pack(len(_API_VERSIONS_V0)) + _API_VERSIONS_V0)
+        await writer.drain()
+        await asyncio.wait_for(_read_frame(reader), timeout_s)
+        return True
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return False
+    finally:
+        writer.transport.abort()

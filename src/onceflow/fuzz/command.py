@@ -1,0 +1,70 @@
+"""`onceflow fuzz`: run a campaign and print what it found."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from onceflow.fuzz.campaign import FuzzReport, run
+
+
+def add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
+    fuzz.add_argument("--seconds", type=float, default=60.0, help="how long to send mutated requests")
+    fuzz.add_argument("--seed", type=int, default=1)
+    fuzz.add_argument("--connections", type=int, default=24, help="connections sending at once")
+    fuzz.add_argument("--json", type=Path, help="write the report as JSON here")
+    fuzz.add_argument(
+        "--regressions", type=Path, help="save each frame that crashes the broker (or makes it fail) here"
+    )
+    fuzz.add_argument("--workdir", type=Path, help="keep the broker's data and log here")
+
+
+def run_fuzz_command(args: argparse.Namespace) -> int:
+    if args.seconds <= 0 or args.connections <= 0:
+        print("onceflow fuzz: --seconds and --connections must be positive", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="onceflow-fuzz-") as scratch:
+        workdir = args.workdir or Path(scratch)
+        report = run(args.seconds, args.seed, args.connections, workdir, args.regressions)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(dataclasses.asdict(report), indent=2) + "\n")
+    print_report(report)
+    return 0 if report.clean else 1
+
+
+def print_report(report: FuzzReport) -> None:
+    console = Console()
+    table = Table(title=f"onceflow fuzz, seed {report.seed}, {report.seconds:.0f} s")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rate = report.requests_sent / report.seconds if report.seconds else 0.0
+    rows = [
+        ("corpus frames (API keys)", f"{report.corpus_frames} ({len(report.corpus_api_keys)})"),
+        ("mutated requests sent", f"{report.requests_sent:,} ({rate:,.0f}/s)"),
+        ("API keys fuzzed", str(len(report.requests_by_api_key))),
+        ("answered", f"{report.responses:,}"),
+        ("connections closed by the broker", f"{report.connections_closed_by_broker:,}"),
+        ("connections given up (no answer in time)", f"{report.connections_timed_out:,}"),
+        ("crashes", str(report.crashes)),
+        ("internal errors", str(report.internal_errors)),
+        ("sentinel data intact", _yes(report.sentinel_intact)),
+        ("... after SIGKILL and restart", _yes(report.sentinel_intact_after_restart)),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    for finding in report.findings:
+        where = finding.saved_as or "not saved"
+        console.print(f"{finding.kind} (api {finding.api_key}): {finding.detail} -> {where}")
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "NO"
