@@ -3,7 +3,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench fuzz clean
+
+# `make fuzz FUZZ_SECONDS=60` for a short run.
+FUZZ_SECONDS ?= 1800
 
 setup: $(STAMP)
 
@@ -24,6 +27,10 @@ test: lint
 
 bench: setup
 	$(PY) benchmarks/run.py
+
+fuzz: setup
+	$(VENV)/bin/onceflow fuzz --seconds $(FUZZ_SECONDS) --regressions tests/fuzz/regressions \
+		--json benchmarks/results/fuzz-latest.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

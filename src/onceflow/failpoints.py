@@ -3,7 +3,9 @@
 `ONCEFLOW_FAILPOINTS=txn.after-prepare,txn.between-markers` makes the process SIGKILL
 itself the first time it reaches one of those points, so a test can stop the broker at an
 exact step of a protocol and check what a restart makes of it. Unset, a point costs a set
-lookup.
+lookup. Two points plant bugs, so that the fuzzer's detectors can be shown to fire:
+`protocol.no-bounds-check` hands frames to kio's native reader unchecked, and `api.raise.K`
+makes the handler of API key K raise.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ _ARMED = frozenset(filter(None, os.environ.get("ONCEFLOW_FAILPOINTS", "").split(
 
 def armed(name: str) -> bool:
     return name in _ARMED
+
+
+def armed_with_prefix(prefix: str) -> list[str]:
+    """The rest of each armed name that starts with `prefix`: `api.raise.` gives ["32"] for api.raise.32."""
+    return [name[len(prefix) :] for name in _ARMED if name.startswith(prefix)]
 
 
 def reach(name: str, whole_session: bool = False) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from types import ModuleType
 from typing import Any
 
+from onceflow import failpoints
 from onceflow.apis.common import Request, VersionRange
 
 Reply = Any | Awaitable[Any] | None
@@ -37,7 +38,13 @@ def is_supported(api_key: int, api_version: int) -> bool:
     return versions is not None and versions.min <= api_version <= versions.max
 
 
+# API keys whose handler raises: a planted bug (failpoint api.raise.K) for the fuzzer's tests.
+_RAISING = frozenset(int(key) for key in failpoints.armed_with_prefix("api.raise."))
+
+
 def dispatch(request: Request) -> Reply:
+    if request.api_key in _RAISING:
+        raise RuntimeError(f"failpoint api.raise.{request.api_key}")
     return HANDLERS[request.api_key].handle(request)
 
 

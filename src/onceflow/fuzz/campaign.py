@@ -85,15 +85,26 @@ class FuzzReport:
         )
 
 
-def run(seconds: float, seed: int, connections: int, workdir: Path, regressions: Path | None) -> FuzzReport:
+def run(
+    seconds: float,
+    seed: int,
+    connections: int,
+    workdir: Path,
+    regressions: Path | None,
+    recorded: list[bytes] | None = None,
+) -> FuzzReport:
+    """Fuzz a new broker for `seconds`; `recorded` frames, or those real clients send now.
+
+    The frames already saved in `regressions` join the seeds, so known crashers are replayed.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     report = FuzzReport(seed=seed, connections=connections)
-    recorded = corpus.Corpus()
-    recording = True
+    frames = corpus.Corpus()
+    recording = recorded is None
 
     def record(frame: bytes) -> None:
         if recording:
-            recorded.add(frame)
+            frames.add(frame)
 
     with FaultProxy(FaultPlan(), on_request=record) as proxy:
         settings = {**BROKER_SETTINGS, "advertised.listeners": f"PLAINTEXT://{proxy.address}"}
@@ -101,14 +112,16 @@ def run(seconds: float, seed: int, connections: int, workdir: Path, regressions:
         proxy.upstream = ("127.0.0.1", broker.port)
         try:
             sentinel = _write_sentinel(proxy.address)
-            corpus.record(proxy.address)
-            recording = False
-            report.sentinel_records = len(sentinel.values)
-            report.corpus_frames = len(recorded.frames)
-            report.corpus_api_keys = sorted(recorded.api_keys())
-            fuzzer = _Fuzzer(
-                broker, [make_seed(frame) for frame in recorded.frames], seed, report, regressions
-            )
+            if recorded is None:
+                corpus.record(proxy.address)
+                recording = False
+            else:
+                frames.frames.extend(recorded)
+            report.sentinel_records = sum(len(values) for values in sentinel.values.values())
+            report.corpus_frames = len(frames.frames)
+            report.corpus_api_keys = sorted(frames.api_keys())
+            seeds = [make_seed(frame) for frame in frames.frames + load_regressions(regressions)]
+            fuzzer = _Fuzzer(broker, seeds, seed, report, regressions)
             asyncio.run(fuzzer.run(seconds, connections, proxy.address, sentinel.topic))
             report.sentinel_intact = sentinel.reads_back(proxy.address)
             broker.kill()
@@ -117,6 +130,27 @@ def run(seconds: float, seed: int, connections: int, workdir: Path, regressions:
         finally:
             broker.kill()
     return report
+
+
+def record_corpus(workdir: Path) -> list[bytes]:
+    """The frames real clients send, recorded once, for several campaigns."""
+    frames = corpus.Corpus()
+    with FaultProxy(FaultPlan(), on_request=frames.add) as proxy:
+        settings = {**BROKER_SETTINGS, "advertised.listeners": f"PLAINTEXT://{proxy.address}"}
+        broker = BrokerProcess(workdir / "data", settings, workdir / "broker.log").start()
+        proxy.upstream = ("127.0.0.1", broker.port)
+        try:
+            corpus.record(proxy.address)
+        finally:
+            broker.kill()
+    return frames.frames
+
+
+def load_regressions(directory: Path | None) -> list[bytes]:
+    """The frames saved by earlier campaigns, one hex line per `.hex` file."""
+    if directory is None or not directory.is_dir():
+        return []
+    return [bytes.fromhex(path.read_text().strip()) for path in sorted(directory.glob("*.hex"))]
 
 
 @dataclass
@@ -267,6 +301,7 @@ class _Fuzzer:
     async def _wait_for_broker(self) -> None:
         while not self.stopping and not await _responds(self.broker.port, 1.0):
             await self.running.wait()
+            await asyncio.sleep(0.1)  # back off while the broker restarts
 
     async def _check_broker(self) -> None:
         """A dead or hanging broker is a crash; a traceback in its log is an internal error."""
