@@ -7,6 +7,7 @@ does not share an interpreter (or a GIL) with the broker it measures.
 from __future__ import annotations
 
 import json
+import os
 import re
 import select
 import signal
@@ -33,10 +34,13 @@ class BenchmarkError(RuntimeError):
 class BrokerProcess:
     """A broker child process that announces `... listening on HOST:PORT` on stdout."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_path
+        self.env = {**os.environ, **(env or {})}
         self.bootstrap = ""
         self._process: subprocess.Popen[str] | None = None
 
@@ -51,7 +55,12 @@ class BrokerProcess:
             started = time.perf_counter()
             # A session of its own: Ctrl-C reaches only the harness, which then stops the broker.
             self._process = subprocess.Popen(
-                self.argv, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+                self.argv,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                start_new_session=True,
+                env=self.env,
             )
         assert self._process.stdout is not None
         deadline = started + timeout_s
@@ -100,6 +109,11 @@ class BrokerProcess:
             raise BenchmarkError(f"{self.name} exited with {process.returncode}: {_tail(self.log_path)}")
         return time.perf_counter() - started
 
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time the process has used so far."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def memory(self) -> dict[str, int]:
         """Resident set size now (VmRSS) and at its peak so far (VmHWM), in bytes."""
         figures = {}
@@ -118,12 +132,14 @@ class BrokerProcess:
         self.kill()
 
 
-def onceflow_broker(data_dir: Path, settings: Mapping[str, str], log_dir: Path) -> BrokerProcess:
+def onceflow_broker(
+    data_dir: Path, settings: Mapping[str, str], log_dir: Path, env: Mapping[str, str] | None = None
+) -> BrokerProcess:
     argv = [sys.executable, "-m", "onceflow.cli", "broker", "--listen", "127.0.0.1:0"]
     argv += ["--data-dir", str(data_dir)]
     for key, value in settings.items():
         argv += ["--set", f"{key}={value}"]
-    return BrokerProcess("onceflow broker", argv, log_dir / "onceflow-broker.log")
+    return BrokerProcess("onceflow broker", argv, log_dir / "onceflow-broker.log", env)
 
 
 def mock_broker(log_dir: Path) -> BrokerProcess:

@@ -105,6 +105,7 @@ RSS = Target("< 200 MB", on_ratio=False, limit=200.0)
 TRANSACTIONAL_VS_IDEMPOTENT = Target("ratio ≥ 0.95", on_ratio=True, limit=0.95)
 COMMITTED_VS_UNCOMMITTED = Target("ratio ≥ 0.95", on_ratio=True, limit=0.95)
 EXACTLY_ONCE_VS_AT_LEAST_ONCE = Target("ratio ≥ 0.9", on_ratio=True, limit=0.9)
+BOUNDS_CHECK_COST = Target("ratio ≥ 0.97", on_ratio=True, limit=0.97)
 TARGETS = {
     "produce 1 KB records, MB/s, vs dd fdatasync": PRODUCE_VS_DISK,
     "consume MB/s vs produce MB/s, per record size": CONSUME_VS_PRODUCE,
@@ -116,6 +117,9 @@ TARGETS = {
     ),
     "read_committed vs read_uncommitted, time to the end of the same log": COMMITTED_VS_UNCOMMITTED,
     "Spark query records/s, exactly-once sink vs at-least-once": EXACTLY_ONCE_VS_AT_LEAST_ONCE,
+    "produce with the request bounds check vs without (MB/s, and MB per broker CPU second)": (
+        BOUNDS_CHECK_COST
+    ),
 }
 
 
@@ -695,6 +699,52 @@ def _percentile(values: list[float], percent: int) -> float:
     return ordered[max(0, -(-len(ordered) * percent // 100) - 1)]
 
 
+def bounds(run: Run) -> Outcome:
+    """The cost of checking every request frame's lengths before decoding, on the produce path.
+
+    The same broker with the check and without it (the failpoint that turns it off), alternately,
+    each producing the same small records; small records mean more requests per MB, so the
+    per-request cost shows most. Besides MB/s, which fsync dominates, the broker's own CPU seconds
+    per MB show the cost where it is paid.
+    """
+    outcome = Outcome()
+    modes = {"checked": {}, "unchecked": {"ONCEFLOW_FAILPOINTS": "protocol.no-bounds-check"}}
+    produced: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    total_bytes = run.sizes.produce_bytes[100]
+    for round_number in range(1, run.sizes.rounds + 1):
+        for mode, env in modes.items():
+            data_dir = run.new_dir(f"bounds-{mode}-{round_number}")
+            settings = {"num.partitions": str(THROUGHPUT_PARTITIONS)}
+            with onceflow_broker(data_dir, settings, run.work_dir, env) as broker:
+                broker.start()
+                cpu_before = broker.cpu_seconds()
+                figures = _produce(run, broker, f"bounds-{mode}", 100, total_bytes)
+                cpu = broker.cpu_seconds() - cpu_before
+                produced[mode].append(
+                    {**figures, "broker_cpu_s": cpu, "mb_per_cpu_s": total_bytes / MB / cpu}
+                )
+                broker.stop()
+    medians = {
+        mode: {
+            key: statistics.median(figures[key] for figures in runs) for key in ("mb_per_s", "mb_per_cpu_s")
+        }
+        for mode, runs in produced.items()
+    }
+    outcome.figures = {**produced, "medians": medians}
+    for key, unit in (("mb_per_s", "MB/s"), ("mb_per_cpu_s", "MB per broker CPU s")):
+        outcome.rows.append(
+            Row(
+                f"produce 100 B records, bounds check on vs off ({unit})",
+                unit,
+                medians["checked"][key],
+                medians["unchecked"][key],
+                "without the check",
+                BOUNDS_CHECK_COST,
+            )
+        )
+    return outcome
+
+
 SCENARIOS: dict[str, Callable[[Run], Outcome]] = {
     "throughput": throughput,
     "latency": latency,
@@ -702,6 +752,7 @@ SCENARIOS: dict[str, Callable[[Run], Outcome]] = {
     "transactions": transactions,
     "isolation": isolation,
     "spark": spark,
+    "bounds": bounds,
 }
 
 
