@@ -39,6 +39,7 @@ SENTINEL_RECORDS = 300
 RESPONSE_TIMEOUT_S = 1.0
 PROBE_TIMEOUT_S = 15.0
 MONITOR_INTERVAL_S = 0.5
+PROGRESS_INTERVAL_S = 30.0
 JANITOR_INTERVAL_S = 10.0
 FRAMES_KEPT_PER_CONNECTION = 3
 CONNECTIONS_REMEMBERED = 4096
@@ -184,7 +185,7 @@ class _Sentinel:
 
 def _write_sentinel(bootstrap: str) -> _Sentinel:
     topic = f"onceflow-fuzz-sentinel-{uuid.uuid4().hex}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
     values: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
@@ -226,10 +227,14 @@ class _Fuzzer:
         started = time.monotonic()
         workers = [asyncio.create_task(self._worker(index)) for index in range(connections)]
         janitor = asyncio.create_task(self._janitor(bootstrap, sentinel_topic))
+        next_progress = started + PROGRESS_INTERVAL_S
         try:
             while time.monotonic() - started < seconds:
                 await asyncio.sleep(MONITOR_INTERVAL_S)
                 await self._check_broker()
+                if time.monotonic() >= next_progress:
+                    next_progress += PROGRESS_INTERVAL_S
+                    self._print_progress(time.monotonic() - started)
         finally:
             self.stopping = True
             self.running.set()
@@ -241,6 +246,16 @@ class _Fuzzer:
         self.report.seconds = round(time.monotonic() - started, 1)
         self.report.requests_by_api_key = dict(sorted(self.by_api.items()))
         self.report.requests_by_mutation = dict(sorted(self.by_mutation.items()))
+
+    def _print_progress(self, elapsed_s: float) -> None:
+        report = self.report
+        rate = report.requests_sent / elapsed_s
+        print(
+            f"fuzz {elapsed_s:5.0f} s: {report.requests_sent:,} sent ({rate:,.0f}/s), "
+            f"{report.connections_closed_by_broker:,} closed, {report.crashes} crashes, "
+            f"{report.internal_errors} internal errors",
+            flush=True,
+        )
 
     async def _worker(self, index: int) -> None:
         rng = random.Random(f"{self.seed}:{index}")
@@ -388,7 +403,7 @@ class _Fuzzer:
 
 
 def _delete_topics_except(bootstrap: str, keep: set[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
     names = [
         name
         for name in admin.list_topics(timeout=10).topics
