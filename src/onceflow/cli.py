@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -90,6 +91,7 @@ def _run_broker(args: argparse.Namespace) -> int:
     if not sep or not port_text.isdigit():
         raise ConfigError(f"--listen wants HOST:PORT, got {args.listen!r}")
     config = BrokerConfig.load(args.config, parse_assignments(args.set))
+    _raise_open_file_limit()
 
     async def serve() -> None:
         # Handlers first: a SIGTERM right after the "listening" line must still stop cleanly.
@@ -109,6 +111,14 @@ def _run_broker(args: argparse.Namespace) -> int:
 
     asyncio.run(serve())
     return 0
+
+
+def _raise_open_file_limit() -> None:
+    """Every partition keeps files open: take the most descriptors the hard limit allows, as
+    Kafka's operators are told to."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 if __name__ == "__main__":

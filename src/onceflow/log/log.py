@@ -99,6 +99,10 @@ class PartitionLog:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
     def producer_snapshot_writer(self) -> Callable[[], None] | None:
         """Capture the producer state now, on the appending thread, and return the call that
         writes it (it fsyncs, so run it off the event loop); None when nothing changed since

@@ -9,12 +9,14 @@ Layout (Kafka's naming):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import json
 import logging
 import os
 import re
+import resource
 import shutil
 import threading
 import uuid
@@ -22,12 +24,15 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kio.schema.errors import ErrorCode
+
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import (
     DataDirLockedError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
+    LogError,
     PolicyViolationError,
     TopicExistsError,
     UnknownTopicError,
@@ -42,6 +47,10 @@ RECOVERY_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOCK_FILE = ".lock"
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_NEW_PARTITIONS_PER_REQUEST = 10_000
+# A segment keeps its .log, .index and .timeindex open; a quarter of the open-file limit, up to
+# 1024, is kept for sockets and everything else.
+FILES_PER_SEGMENT = 3
+MAX_FILES_RESERVED = 1024
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _PARTITION_DIR = re.compile(r"[a-zA-Z0-9._-]+-\d+")
 # A directory being removed is renamed first, so a crash mid-removal leaves it recognisable.
@@ -98,6 +107,7 @@ class LogManager:
         if partitions < 1:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
         _check_partitions_per_request(partitions)
+        self._check_open_files(partitions)
         return self._overlay(configs)
 
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> TopicInfo:
@@ -131,6 +141,7 @@ class LogManager:
                 f"so {new_total} is not allowed"
             )
         _check_partitions_per_request(new_total - info.partitions)
+        self._check_open_files(new_total - info.partitions)
         return info
 
     def create_partitions(self, name: str, new_total: int) -> None:
@@ -152,13 +163,43 @@ class LogManager:
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from None
 
+    def _check_open_files(self, new_partitions: int) -> None:
+        """Refuse partitions the open-file limit cannot hold: running out of descriptors would
+        fail appends, fsyncs and new connections for every client, where Kafka halts."""
+        limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if limit == resource.RLIM_INFINITY:
+            return
+        reserved = min(MAX_FILES_RESERVED, limit // 4)
+        open_segments = sum(log.segment_count for log in self._logs.values())
+        if (open_segments + new_partitions) * FILES_PER_SEGMENT + reserved > limit:
+            room = max((limit - reserved) // FILES_PER_SEGMENT - open_segments, 0)
+            raise PolicyViolationError(
+                f"{new_partitions} new partitions do not fit the broker's open-file limit of {limit} "
+                f"({open_segments} segments open, room for {room} more partitions); raise `ulimit -n`"
+            )
+
     def _open_new_partitions(self, name: str, partitions: range, config: LogConfig) -> None:
-        for partition in partitions:
-            directory = self._partition_dir(name, partition)
-            if directory.exists():
-                _set_aside(directory)
-            # A new, empty partition has no producers whose expiry depends on the clock.
-            self._logs[name, partition] = PartitionLog.open(directory, config, 0, now_ms=0)
+        """Open every new partition, or none: a failure closes and removes those already made."""
+        opened: list[int] = []
+        try:
+            for partition in partitions:
+                directory = self._partition_dir(name, partition)
+                if directory.exists():
+                    _set_aside(directory)
+                # A new, empty partition has no producers whose expiry depends on the clock.
+                self._logs[name, partition] = PartitionLog.open(directory, config, 0, now_ms=0)
+                opened.append(partition)
+        except OSError as error:
+            for partition in opened:
+                self._logs.pop((name, partition)).close(flush=False)
+            # What cannot be removed now is set aside at the next start: no topic owns it.
+            with contextlib.suppress(OSError):
+                for partition in partitions[: len(opened) + 1]:
+                    if self._partition_dir(name, partition).exists():
+                        _remove_dir(self._partition_dir(name, partition))
+            raise LogError(
+                ErrorCode.kafka_storage_error, f"cannot create the partitions of {name!r}: {error}"
+            ) from error
 
     def _partition_dir(self, name: str, partition: int) -> Path:
         return self.data_dir / f"{name}-{partition}"
