@@ -1,0 +1,110 @@
+"""The cost of `--metrics` on the produce path: the same load through a broker with and without it.
+
+    .venv/bin/python benchmarks/metrics_overhead.py [--megabytes 200] [--runs 3]
+
+Runs alternate (off, on, on, off, ...) so drift in the shared machine's load hits both sides
+alike. While metrics are on, a thread scrapes /metrics every second, as a busy Prometheus would.
+Each run produces 1 KB records, acks=all, idempotent, to a fresh 4-partition topic with
+`client.py produce`, once with linger.ms=5 (the throughput scenario) and once with linger.ms=0
+(small requests: the per-request cost shows most). Prints the median MB/s of each side and
+their ratio (on / off) as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import tempfile
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from processes import onceflow_broker, run_client
+
+PARTITIONS = 4
+RECORD_SIZE = 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--megabytes", type=int, default=200, help="per run")
+    parser.add_argument("--runs", type=int, default=3, help="per side and linger.ms")
+    args = parser.parse_args()
+    records = args.megabytes * 1_000_000 // RECORD_SIZE
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="onceflow-metrics-bench-") as work:
+        work_dir = Path(work)
+        for linger_ms in (5, 0):
+            rates: dict[bool, list[float]] = {False: [], True: []}
+            order = [run % 4 in (1, 2) for run in range(2 * args.runs)]  # off, on, on, off, ...
+            for index, metrics in enumerate(order):
+                name = f"linger{linger_ms}-{index}"
+                rates[metrics].append(_produce_once(work_dir, name, metrics, linger_ms, records))
+            off, on = statistics.median(rates[False]), statistics.median(rates[True])
+            results[f"linger_ms={linger_ms}"] = {
+                "off_mb_s": off,
+                "on_mb_s": on,
+                "ratio": on / off,
+                "runs_off": rates[False],
+                "runs_on": rates[True],
+            }
+    print(json.dumps(results), flush=True)
+    return 0
+
+
+def _produce_once(work_dir: Path, name: str, metrics: bool, linger_ms: int, records: int) -> float:
+    """MB/s of one produce run through a fresh broker."""
+    broker = onceflow_broker(work_dir / name, {"num.partitions": str(PARTITIONS)}, work_dir)
+    metrics_port = _free_port()
+    if metrics:
+        broker.argv += ["--metrics", f"127.0.0.1:{metrics_port}"]
+    stop_scraping = threading.Event()
+    with broker:
+        broker.start()
+        scraper = None
+        if metrics:
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            scraper = threading.Thread(target=_scrape_every_second, args=(url, stop_scraping))
+            scraper.start()
+        try:
+            figures = run_client(
+                "produce",
+                {
+                    "bootstrap": broker.bootstrap,
+                    "topic": name,
+                    "partitions": PARTITIONS,
+                    "record_size": RECORD_SIZE,
+                    "records": records,
+                    "linger_ms": linger_ms,
+                },
+                600,
+                work_dir,
+            )
+        finally:
+            stop_scraping.set()
+            if scraper is not None:
+                scraper.join()
+        broker.stop()
+    rate: float = figures["bytes"] / figures["seconds"] / 1e6
+    return rate
+
+
+def _free_port() -> int:
+    # Another process could take it before the broker binds it: good enough for a benchmark.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _scrape_every_second(url: str, stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        with urllib.request.urlopen(url, timeout=10) as response:
+            response.read()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
