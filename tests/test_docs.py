@@ -20,4 +20,4 @@ def test_the_compatibility_table_lists_every_advertised_api_and_version() -> Non
 
 def test_metrics_label_requests_with_kafkas_api_names() -> None:
     rows = re.findall(r"^\| (\d+) \| (\w+) \| \d+-\d+ \|", COMPATIBILITY.read_text(), re.MULTILINE)
-    assert API_NAMES == {int(key): name for key, name in rows}
+    assert {int(key): name for key, name in rows} == API_NAMES

@@ -10,6 +10,7 @@ collide. A broker started without metrics gets `Metrics`, whose hooks do nothing
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 import typing
@@ -116,13 +117,14 @@ class PrometheusMetrics(Metrics):
         requests.inc()
         total_time.observe(time.perf_counter() - started)
         if response is not None:
-            for code in error_codes(response):
+            # Mostly one code (NONE) many times over: one increment per distinct code.
+            for code, count in collections.Counter(error_codes(response)).items():
                 counter = self._error_children.get((api_key, code))
                 if counter is None:
                     counter = self._error_children[(api_key, code)] = self._errors.labels(
                         request, str(api_key), code.name.upper()
                     )
-                counter.inc()
+                counter.inc(count)
 
     def stored(self, topic: str, size: int, records: int) -> None:
         children = self._topic_in.get(topic)
@@ -224,51 +226,51 @@ class _StateCollector(Collector):
 def error_codes(response: Any) -> list[ErrorCode]:
     """Every error code in a kio response entity, nested ones included (Kafka's errorCounts)."""
     codes: list[ErrorCode] = []
-    _error_code_walker(type(response))(response, codes)
+    walk = _error_code_walker(type(response))
+    if walk is not None:
+        walk(response, codes)
     return codes
 
 
 _Walker = Callable[[Any, list[ErrorCode]], None]
-_walkers: dict[type[Any], _Walker] = {}
+_walkers: dict[type[Any], _Walker | None] = {}
 
 
-def _error_code_walker(entity_class: type[Any]) -> _Walker:
-    """A function that collects the error codes of an instance of `entity_class`, built once
-    per class from its field types, so a response is not inspected field by field each time."""
-    walker = _walkers.get(entity_class)
-    if walker is not None:
-        return walker
+def _error_code_walker(entity_class: type[Any]) -> _Walker | None:
+    """A function that collects the error codes of an instance of `entity_class`, or None when
+    it has none. Built once per class from the field types (kio's schemas are trees), so that a
+    response is walked only along the fields that can hold an error code."""
+    if entity_class in _walkers:
+        return _walkers[entity_class]
     hints = typing.get_type_hints(entity_class)
     codes_at: list[str] = []
-    entities_at: list[tuple[str, type[Any]]] = []
-    entity_tuples_at: list[tuple[str, type[Any]]] = []
+    entities_at: list[tuple[str, _Walker]] = []
+    entity_tuples_at: list[tuple[str, _Walker]] = []
     for field in dataclasses.fields(entity_class):
         annotation = hints[field.name]
         if annotation is ErrorCode:
             codes_at.append(field.name)
             continue
-        if typing.get_origin(annotation) is tuple:
-            item = typing.get_args(annotation)[0]
-            if dataclasses.is_dataclass(item) and isinstance(item, type):
-                entity_tuples_at.append((field.name, item))
-            continue
+        is_tuple = typing.get_origin(annotation) is tuple
         options = [arg for arg in typing.get_args(annotation) if arg is not type(None)] or [annotation]
-        if dataclasses.is_dataclass(options[0]) and isinstance(options[0], type):
-            entities_at.append((field.name, options[0]))
+        item_class = options[0]
+        if not (isinstance(item_class, type) and dataclasses.is_dataclass(item_class)):
+            continue
+        item_walker = _error_code_walker(item_class)
+        if item_walker is not None:
+            (entity_tuples_at if is_tuple else entities_at).append((field.name, item_walker))
 
     def walk(entity: Any, codes: list[ErrorCode]) -> None:
         for name in codes_at:
             codes.append(getattr(entity, name))
-        for name, item_class in entities_at:
+        for name, walk_entity in entities_at:
             value = getattr(entity, name)
             if value is not None:
-                _error_code_walker(item_class)(value, codes)
-        for name, item_class in entity_tuples_at:
-            items = getattr(entity, name)
-            if items:
-                item_walker = _error_code_walker(item_class)
-                for item in items:
-                    item_walker(item, codes)
+                walk_entity(value, codes)
+        for name, walk_item in entity_tuples_at:
+            for item in getattr(entity, name):
+                walk_item(item, codes)
 
-    _walkers[entity_class] = walk
-    return walk
+    walker = walk if codes_at or entities_at or entity_tuples_at else None
+    _walkers[entity_class] = walker
+    return walker
