@@ -172,6 +172,8 @@ class BrokerServer:
             await writer.drain()
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
+        except Exception:
+            log.exception("answering a metrics scrape failed")
         finally:
             writer.close()
 
