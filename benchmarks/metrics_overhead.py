@@ -1,33 +1,41 @@
-"""The cost of `--metrics` on the produce path: the same load through a broker with and without it.
+"""The cost of metrics on the produce path: the same load through a broker with and without them.
 
-    .venv/bin/python benchmarks/metrics_overhead.py [--megabytes 200] [--runs 3]
+    .venv/bin/python benchmarks/metrics_overhead.py [--megabytes 200] [--runs 4] [--linger-ms 5]
 
-Runs alternate (off, on, on, off, ...) so drift in the shared machine's load hits both sides
-alike. While metrics are on, a thread scrapes /metrics every second, as a busy Prometheus would.
-Each run produces 1 KB records, acks=all, idempotent, to a fresh 4-partition topic with
-`client.py produce`, once with linger.ms=5 (the throughput scenario) and once with linger.ms=0
-(small requests). Prints, as one JSON line, the median MB/s of each side and the broker's median
-CPU seconds per GB produced, with their ratios (on / off). On a shared machine the CPU figure is
-the steadier of the two: other load slows a run down more than it adds to the broker's CPU.
+The broker runs in this process, on its main thread, as `onceflow broker` runs it; the load
+comes from `client.py produce` in a process of its own (1 KB records, acks=all, idempotent, a
+fresh 4-partition topic per run). With metrics on, a thread scrapes /metrics every
+`--scrape-interval` seconds (default 1, a busy Prometheus). After one short warm-up run per
+side, runs alternate (off, on, on, off, ...).
+
+Prints, as one JSON line, per side the median MB/s, the CPU seconds per GB of the event loop's
+thread (requests, hooks and scrapes run there) and of the whole process (the fsync threads too),
+and the on / off ratios. On a shared machine the CPU figures are the ones to read: other load
+slows a run down far more than it adds to the broker's own CPU.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import asyncio
 import json
-import os
-import socket
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processes import onceflow_broker, run_client
-from prometheus_client.parser import text_string_to_metric_families
+from processes import CLIENT_SCRIPT
+
+from onceflow.broker.config import BrokerConfig
+from onceflow.broker.core import Broker
+from onceflow.server import BrokerServer
 
 PARTITIONS = 4
 RECORD_SIZE = 1000
@@ -36,114 +44,91 @@ RECORD_SIZE = 1000
 @dataclass(frozen=True)
 class Measured:
     mb_s: float
-    broker_cpu_s_per_gb: float  # the broker's user+system CPU while the client produced
-    produce_requests: float  # as the broker counted them (metrics on only)
+    loop_cpu_s_per_gb: float
+    process_cpu_s_per_gb: float
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--megabytes", type=int, default=200, help="per run")
-    parser.add_argument("--runs", type=int, default=3, help="per side and linger.ms")
+    parser.add_argument("--runs", type=int, default=4, help="per side")
+    parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--scrape-interval", type=float, default=1.0, help="seconds")
     args = parser.parse_args()
-    records = args.megabytes * 1_000_000 // RECORD_SIZE
-    results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="onceflow-metrics-bench-") as work:
-        work_dir = Path(work)
-        for linger_ms in (5, 0):
-            runs: dict[bool, list[Measured]] = {False: [], True: []}
-            order = [run % 4 in (1, 2) for run in range(2 * args.runs)]  # off, on, on, off, ...
-            for index, metrics in enumerate(order):
-                name = f"linger{linger_ms}-{index}"
-                runs[metrics].append(_produce_once(work_dir, name, metrics, linger_ms, records))
-            off_rate = statistics.median(run.mb_s for run in runs[False])
-            on_rate = statistics.median(run.mb_s for run in runs[True])
-            off_cpu = statistics.median(run.broker_cpu_s_per_gb for run in runs[False])
-            on_cpu = statistics.median(run.broker_cpu_s_per_gb for run in runs[True])
-            results[f"linger_ms={linger_ms}"] = {
-                "off_mb_s": off_rate,
-                "on_mb_s": on_rate,
-                "throughput_ratio": on_rate / off_rate,
-                "off_broker_cpu_s_per_gb": off_cpu,
-                "on_broker_cpu_s_per_gb": on_cpu,
-                "cpu_ratio": on_cpu / off_cpu,
-                "produce_requests_per_mb": statistics.median(run.produce_requests for run in runs[True])
-                / args.megabytes,
-                "runs_off": [dataclasses.asdict(run) for run in runs[False]],
-                "runs_on": [dataclasses.asdict(run) for run in runs[True]],
-            }
+    # Unrecorded: the first runs of a process pay for imports and caches filled once.
+    warm_up = argparse.Namespace(**{**vars(args), "megabytes": max(1, args.megabytes // 10)})
+    for metrics in (False, True):
+        asyncio.run(_produce_once(metrics, warm_up))
+    runs: dict[bool, list[Measured]] = {False: [], True: []}
+    for index in range(2 * args.runs):
+        metrics = index % 4 in (1, 2)  # off, on, on, off, ...
+        runs[metrics].append(asyncio.run(_produce_once(metrics, args)))
+    results: dict[str, Any] = {"megabytes": args.megabytes, "linger_ms": args.linger_ms}
+    for field in ("mb_s", "loop_cpu_s_per_gb", "process_cpu_s_per_gb"):
+        off = statistics.median(getattr(run, field) for run in runs[False])
+        on = statistics.median(getattr(run, field) for run in runs[True])
+        results[field] = {"off": off, "on": on, "ratio": on / off}
+    results["runs"] = {
+        side: [vars(run) for run in runs[metrics]] for side, metrics in (("off", False), ("on", True))
+    }
     print(json.dumps(results), flush=True)
     return 0
 
 
-def _produce_once(work_dir: Path, name: str, metrics: bool, linger_ms: int, records: int) -> Measured:
-    """One produce run through a fresh broker."""
-    broker = onceflow_broker(work_dir / name, {"num.partitions": str(PARTITIONS)}, work_dir)
-    metrics_port = _free_port()
-    if metrics:
-        broker.argv += ["--metrics", f"127.0.0.1:{metrics_port}"]
-    stop_scraping = threading.Event()
-    with broker:
-        broker.start()
+async def _produce_once(metrics: bool, args: argparse.Namespace) -> Measured:
+    data_dir = Path(tempfile.mkdtemp(prefix="onceflow-metrics-bench-"))
+    try:
+        broker = Broker(data_dir, BrokerConfig({"num.partitions": str(PARTITIONS)}), metrics=metrics)
+        server = BrokerServer(broker, "127.0.0.1", 0, ("127.0.0.1", 0) if metrics else None)
+        await server.start()
+        stop_scraping = threading.Event()
         scraper = None
-        if metrics:
-            url = f"http://127.0.0.1:{metrics_port}/metrics"
-            scraper = threading.Thread(target=_scrape_every_second, args=(url, stop_scraping))
+        if server.metrics_address is not None:
+            host, port = server.metrics_address
+            url = f"http://{host}:{port}/metrics"
+            scraper = threading.Thread(target=_scrape, args=(url, args.scrape_interval, stop_scraping))
             scraper.start()
-        cpu_before = _cpu_seconds(broker.pid)
+        loop_cpu, process_cpu = time.thread_time(), time.process_time()
         try:
-            figures = run_client(
-                "produce",
-                {
-                    "bootstrap": broker.bootstrap,
-                    "topic": name,
-                    "partitions": PARTITIONS,
-                    "record_size": RECORD_SIZE,
-                    "records": records,
-                    "linger_ms": linger_ms,
-                },
-                600,
-                work_dir,
-            )
+            figures = await _run_client(server, args)
         finally:
             stop_scraping.set()
             if scraper is not None:
                 scraper.join()
-        cpu = _cpu_seconds(broker.pid) - cpu_before
-        requests = _produce_requests(f"http://127.0.0.1:{metrics_port}/metrics") if metrics else 0.0
-        broker.stop()
-    return Measured(figures["bytes"] / figures["seconds"] / 1e6, cpu / (figures["bytes"] / 1e9), requests)
+        loop_cpu, process_cpu = time.thread_time() - loop_cpu, time.process_time() - process_cpu
+        await server.stop()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    gigabytes = figures["bytes"] / 1e9
+    return Measured(
+        figures["bytes"] / figures["seconds"] / 1e6, loop_cpu / gigabytes, process_cpu / gigabytes
+    )
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User plus system CPU of a process and its threads so far."""
-    # The fields after the command name, which is in parentheses and may hold spaces.
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+async def _run_client(server: BrokerServer, args: argparse.Namespace) -> dict[str, Any]:
+    host, port = server.address
+    client = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(CLIENT_SCRIPT),
+        "produce",
+        *("--bootstrap", f"{host}:{port}", "--topic", "load", "--partitions", str(PARTITIONS)),
+        *("--record-size", str(RECORD_SIZE), "--records", str(args.megabytes * 1_000_000 // RECORD_SIZE)),
+        *("--linger-ms", str(args.linger_ms)),
+        stdout=subprocess.PIPE,
+    )
+    try:
+        output, _ = await asyncio.wait_for(client.communicate(), 600)
+    except TimeoutError:
+        client.kill()
+        raise
+    if client.returncode != 0:
+        raise SystemExit(f"client.py produce failed ({client.returncode})")
+    figures: dict[str, Any] = json.loads(output.decode().strip().splitlines()[-1])
+    return figures
 
 
-def _free_port() -> int:
-    # Another process could take it before the broker binds it: good enough for a benchmark.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _produce_requests(url: str) -> float:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if (
-                sample.name == "kafka_network_requestmetrics_requests_total"
-                and sample.labels["request"] == "Produce"
-            ):
-                return sample.value
-    return 0.0
-
-
-def _scrape_every_second(url: str, stop: threading.Event) -> None:
-    while not stop.wait(1.0):
+def _scrape(url: str, interval_s: float, stop: threading.Event) -> None:
+    while not stop.wait(interval_s):
         with urllib.request.urlopen(url, timeout=10) as response:
             response.read()
 
