@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key"
     )
     broker.add_argument("--log-level", default="WARNING")
+    broker.add_argument(
+        "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on /metrics (port 0: a free one)"
+    )
 
     demo = commands.add_parser(
         "demo", help="the main job: the three delivery guarantees side by side under the same faults"
@@ -87,9 +90,8 @@ def _run_broker(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    host, sep, port_text = args.listen.rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise ConfigError(f"--listen wants HOST:PORT, got {args.listen!r}")
+    host, port = _address("--listen", args.listen)
+    metrics_address = _address("--metrics", args.metrics) if args.metrics is not None else None
     config = BrokerConfig.load(args.config, parse_assignments(args.set))
     _raise_open_file_limit()
 
@@ -100,12 +102,16 @@ def _run_broker(args: argparse.Namespace) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         try:
-            server = BrokerServer(Broker(args.data_dir, config), host or "127.0.0.1", int(port_text))
+            broker = Broker(args.data_dir, config, metrics=metrics_address is not None)
+            server = BrokerServer(broker, host, port, metrics_address)
             await server.start()
         except (LogError, OSError) as error:
             raise ConfigError(f"cannot start the broker: {error}") from error
         bound_host, bound_port = server.address
         print(f"onceflow broker listening on {bound_host}:{bound_port}", flush=True)
+        if server.metrics_address is not None:
+            metrics_host, metrics_port = server.metrics_address
+            print(f"onceflow broker metrics on http://{metrics_host}:{metrics_port}/metrics", flush=True)
         await stop.wait()
         await server.stop()
 
@@ -119,6 +125,14 @@ def _raise_open_file_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _address(option: str, text: str) -> tuple[str, int]:
+    """HOST:PORT; an empty host means 127.0.0.1."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError(f"{option} wants HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port_text)
 
 
 if __name__ == "__main__":

@@ -29,12 +29,15 @@ class EmbeddedBroker:
         port: int = 0,
         config: Mapping[str, str] | None = None,
         host: str = "127.0.0.1",
+        metrics_port: int | None = None,
     ) -> None:
+        """`metrics_port` serves Prometheus metrics on `host` (0 picks a free port)."""
         self._owns_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="onceflow-"))
         self._config = BrokerConfig(dict(config or {}))
         self._host = host
         self._port = port
+        self._metrics_port = metrics_port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: BrokerServer | None = None
@@ -50,6 +53,13 @@ class EmbeddedBroker:
     def port(self) -> int:
         assert self._server is not None, "the broker is not running"
         return self._server.address[1]
+
+    @property
+    def metrics_url(self) -> str:
+        assert self._server is not None, "the broker is not running"
+        address = self._server.metrics_address
+        assert address is not None, "the broker was started without metrics_port"
+        return f"http://{address[0]}:{address[1]}/metrics"
 
     def start(self) -> EmbeddedBroker:
         started: Future[None] = Future()
@@ -76,7 +86,9 @@ class EmbeddedBroker:
         try:
             self._loop = asyncio.get_running_loop()
             self._stopped = asyncio.Event()
-            self._server = BrokerServer(Broker(self.data_dir, self._config), self._host, self._port)
+            metrics_address = None if self._metrics_port is None else (self._host, self._metrics_port)
+            broker = Broker(self.data_dir, self._config, metrics=metrics_address is not None)
+            self._server = BrokerServer(broker, self._host, self._port, metrics_address)
             await self._server.start()
         except BaseException as error:
             started.set_exception(error)

@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable
+from functools import partial
 from typing import Any
 
-from onceflow.apis import Request, dispatch, is_supported
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from onceflow.apis import HANDLERS, Request, dispatch, is_supported
 from onceflow.apis.api_versions import unsupported_version_response
 from onceflow.broker.core import Broker
 from onceflow.protocol.codec import encode_response
@@ -29,14 +33,28 @@ log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_PER_CONNECTION = 64
 READ_CHUNK_BYTES = 256 * 1024
+METRICS_REQUEST_TIMEOUT_S = 10
+
+# Kafka's request names (produce -> Produce, init_producer_id -> InitProducerId), for metrics.
+API_NAMES = {
+    key: "".join(word.title() for word in module.__name__.rsplit(".", 1)[1].split("_"))
+    for key, module in HANDLERS.items()
+}
 
 
 class BrokerServer:
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    def __init__(
+        self, broker: Broker, host: str, port: int, metrics_address: tuple[str, int] | None = None
+    ) -> None:
+        """`metrics_address` serves Prometheus metrics over HTTP; the broker must record them."""
+        if metrics_address is not None and broker.metrics.registry is None:
+            raise ValueError("serving metrics needs a Broker made with metrics=True")
         self.broker = broker
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
+        self._metrics_address = metrics_address
+        self._metrics_server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
     @property
@@ -45,12 +63,32 @@ class BrokerServer:
         host, port = self._server.sockets[0].getsockname()[:2]
         return host, port
 
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        if self._metrics_server is None:
+            return None
+        host, port = self._metrics_server.sockets[0].getsockname()[:2]
+        return host, port
+
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve_connection, self._host, self._port)
+        if self._metrics_address is not None:
+            host, port = self._metrics_address
+            try:
+                self._metrics_server = await asyncio.start_server(self._serve_metrics, host, port)
+            except OSError as error:
+                raise OSError(error.errno, f"metrics on {host}:{port}: {error.strerror or error}") from error
+        try:
+            self._server = await asyncio.start_server(self._serve_connection, self._host, self._port)
+        except BaseException:
+            if self._metrics_server is not None:
+                self._metrics_server.close()
+            raise
         host, port = self.address
         self.broker.start(host, port)
 
     async def stop(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.close()
         if self._server is not None:
             self._server.close()
         # Aborting the transports ends each connection's read loop, which then cleans up.
@@ -95,13 +133,49 @@ class BrokerServer:
             if event.api_key == 18:
                 return event.correlation_id, unsupported_version_response()
             raise ProtocolError(f"api {event.api_key} v{event.api_version} is not supported")
+        started = time.perf_counter()
         reply = dispatch(Request(self.broker, event.api_key, event.api_version, event.header, event.body))
-        if reply is None:
-            return None
         if isinstance(reply, Awaitable):
             # Start waiting now, so that fsyncs of pipelined requests are shared.
             reply = asyncio.ensure_future(reply)
+            reply.add_done_callback(partial(self._reply_done, event.api_key, started))
+        else:
+            self.broker.metrics.request_finished(event.api_key, API_NAMES[event.api_key], started, reply)
+        if reply is None:
+            return None
         return event.correlation_id, reply
+
+    def _reply_done(self, api_key: int, started: float, reply: asyncio.Future[Any]) -> None:
+        response = None if reply.cancelled() or reply.exception() is not None else reply.result()
+        self.broker.metrics.request_finished(api_key, API_NAMES[api_key], started, response)
+
+    async def _serve_metrics(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One HTTP/1.1 exchange per connection. Served on the event loop, so the collector
+        reads the broker's state between requests, never while a handler changes it."""
+        registry = self.broker.metrics.registry
+        assert registry is not None
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), METRICS_REQUEST_TIMEOUT_S)
+            method, _, rest = head.partition(b" ")
+            path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+            if method not in (b"GET", b"HEAD"):
+                status, content_type, body = "405 Method Not Allowed", "text/plain", b"GET /metrics\n"
+            elif path != b"/metrics":
+                status, content_type, body = "404 Not Found", "text/plain", b"see /metrics\n"
+            else:
+                status, content_type, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(registry)
+            headers = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(headers.encode() + (body if method != b"HEAD" else b""))
+            await writer.drain()
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        except Exception:
+            log.exception("answering a metrics scrape failed")
+        finally:
+            writer.close()
 
 
 async def _send_replies(

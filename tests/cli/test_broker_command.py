@@ -24,6 +24,8 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         (["--set", "log.segment.bytes=-5"], "log.segment.bytes must be at least"),
         (["--set", "novalue"], "expected key=value"),
         (["--listen", "nonsense"], "--listen wants HOST:PORT"),
+        (["--metrics", "nonsense"], "--metrics wants HOST:PORT"),
+        (["--metrics", "127.0.0.1:70000"], "--metrics wants HOST:PORT"),
         (["--config", "/nonexistent/broker.properties"], "cannot read config file"),
     ],
 )
@@ -44,6 +46,14 @@ def test_a_busy_port_is_reported(broker_process: BrokerProcess, tmp_path: Path) 
     result = _run("broker", "--listen", broker_process.bootstrap_servers, "--data-dir", str(tmp_path))
     assert result.returncode == 2
     assert "address already in use" in result.stderr.lower()
+
+
+def test_a_busy_metrics_port_is_reported(broker_process: BrokerProcess, tmp_path: Path) -> None:
+    busy = broker_process.bootstrap_servers
+    result = _run("broker", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", "--metrics", busy)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "metrics on" in result.stderr and "address already in use" in result.stderr.lower()
 
 
 def test_config_file_and_overrides(tmp_path: Path) -> None:

@@ -52,6 +52,11 @@ async def _long_poll(request: Request, deadline: float) -> Any:
 
 
 def _respond(request: Request, responses: list[dict[str, Any]]) -> Any:
+    metrics = request.broker.metrics
+    for topic in responses:
+        size = sum(len(partition["records"] or b"") for partition in topic["partitions"])
+        if size:
+            metrics.sent(topic["topic"], size)
     return request.respond(throttle_time=0, error_code=ErrorCode.none, session_id=0, responses=responses)
 
 

@@ -96,6 +96,8 @@ def _produce_partition(
         return _error(error.error_code, str(error))
     # A duplicate is answered only once its original is durable, too.
     appended.append(log)
+    if not result.duplicate:
+        broker.metrics.stored(topic, len(records), batch.record_count)
     return {
         "error_code": ErrorCode.none,
         "base_offset": result.base_offset,
