@@ -1,0 +1,91 @@
+"""Behaviour that real clients' own test suites rely on, checked through those clients."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from onceflow import EmbeddedBroker
+from tests.wire import WireClient
+
+
+def _create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+
+
+def test_fetch_out_of_range_applies_auto_offset_reset(broker: EmbeddedBroker) -> None:
+    """librdkafka must read OFFSET_OUT_OF_RANGE from the reply to reset to the earliest offset."""
+    _create(broker.bootstrap_servers, "reset")
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    producer.produce("reset", value=b"only")
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": "reset",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition("reset", 0, 1000)])
+        deadline = time.monotonic() + 20
+        message = None
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+        assert message is not None, "the consumer never reset its offset"
+        assert message.error() is None and (message.offset(), message.value()) == (0, b"only")
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("version", [4, 12])
+def test_every_fetch_error_carries_empty_records(broker: EmbeddedBroker, version: int) -> None:
+    """Kafka answers an errored partition with empty records, never null (librdkafka needs them)."""
+    _create(broker.bootstrap_servers, "errors")
+    wanted = {"errors": [0, 7], "no-such-topic": [0]}
+    with WireClient(broker.bootstrap_servers) as wire:
+        response = wire.request(
+            1,
+            version,
+            replica_id=-1,
+            max_wait=0,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": 1000,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                        for partition in partitions
+                    ],
+                }
+                for topic, partitions in wanted.items()
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+    answers = {
+        (topic.topic, partition.partition_index): (partition.error_code, partition.records)
+        for topic in response.responses
+        for partition in topic.partitions
+    }
+    assert answers == {
+        ("errors", 0): (ErrorCode.offset_out_of_range, b""),
+        ("errors", 7): (ErrorCode.unknown_topic_or_partition, b""),
+        ("no-such-topic", 0): (ErrorCode.unknown_topic_or_partition, b""),
+    }
