@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -89,3 +90,46 @@ def test_every_fetch_error_carries_empty_records(broker: EmbeddedBroker, version
         ("errors", 7): (ErrorCode.unknown_topic_or_partition, b""),
         ("no-such-topic", 0): (ErrorCode.unknown_topic_or_partition, b""),
     }
+
+
+def test_a_new_group_waits_for_its_members_before_the_first_assignment(tmp_path: Path) -> None:
+    """Kafka's group.initial.rebalance.delay.ms (3 s): consumers that join a new group together
+    share its first assignment, and the first one is not handed every partition and then revoked."""
+    with EmbeddedBroker(tmp_path / "data") as broker:  # the product defaults
+        _create(broker.bootstrap_servers, "shared", partitions=4)
+        events: dict[str, list[tuple[str, list[int]]]] = {"a": [], "b": []}
+
+        def consumer(name: str) -> Consumer:
+            member = Consumer(
+                {
+                    "bootstrap.servers": broker.bootstrap_servers,
+                    "group.id": "together",
+                    "partition.assignment.strategy": "range",
+                    "enable.auto.commit": False,
+                }
+            )
+            member.subscribe(
+                ["shared"],
+                on_assign=lambda _, tps: events[name].append(("assign", [tp.partition for tp in tps])),
+                on_revoke=lambda _, tps: events[name].append(("revoke", [tp.partition for tp in tps])),
+            )
+            return member
+
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        first = consumer("a")
+        members = [first]
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (events["a"] and events["b"]):
+                for member in members:
+                    member.poll(0.05)
+                if len(members) == 1:
+                    groups = admin.describe_consumer_groups(["together"])["together"].result(timeout=10)
+                    if groups.members or str(groups.state) != "ConsumerGroupState.DEAD":
+                        members.append(consumer("b"))  # the group exists: the second one joins
+            assert [kind for kind, _ in events["a"]] == ["assign"] and len(events["b"]) == 1
+            shares = [set(events[name][0][1]) for name in "ab"]
+            assert shares[0] and shares[1] and shares[0] | shares[1] == {0, 1, 2, 3}
+        finally:
+            for member in members:
+                member.close()

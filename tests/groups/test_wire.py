@@ -14,7 +14,7 @@ from onceflow import EmbeddedBroker
 from onceflow.broker.core import Broker
 from onceflow.coordinator.group import StagedOffset
 from onceflow.coordinator.group_metadata import OffsetAndMetadata, TopicPartition
-from tests.conftest import wait_until
+from tests.conftest import FAST_JOINS, wait_until
 from tests.groups.helpers import (
     begin_offsets_transaction,
     commit,
@@ -38,7 +38,8 @@ TOPIC = "events"
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
     # Short session timeouts keep the timeout tests fast.
-    with EmbeddedBroker(tmp_path / "data", config={"group.min.session.timeout.ms": "100"}) as running:
+    config = {**FAST_JOINS, "group.min.session.timeout.ms": "100"}
+    with EmbeddedBroker(tmp_path / "data", config=config) as running:
         with WireClient(running.bootstrap_servers) as client:
             assert client.create_topic(TOPIC, 2) == ErrorCode.none
         yield running

@@ -70,8 +70,7 @@ _REPLAY_CHUNK_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class GroupConfig:
-    # Kafka's default is 3000; a broker for development and tests wants fast first joins.
-    initial_rebalance_delay_ms: int = 0
+    initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000
     offset_metadata_max_bytes: int = 4096
