@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from onceflow import EmbeddedBroker
@@ -133,3 +133,35 @@ def test_a_new_group_waits_for_its_members_before_the_first_assignment(tmp_path:
         finally:
             for member in members:
                 member.close()
+
+
+def test_metadata_reports_every_operation_as_allowed_when_asked(broker: EmbeddedBroker) -> None:
+    """Kafka without an authorizer allows every operation of the resource type (librdkafka's
+    describe_topics and describe_cluster read them from Metadata), and sends INT32_MIN (no
+    operations listed) when they were not asked for."""
+    _create(broker.bootstrap_servers, "described")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    topics = TopicCollection(["described"])
+    topic = admin.describe_topics(topics, include_authorized_operations=True)["described"].result(timeout=30)
+    assert set(topic.authorized_operations) == {
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    }
+    assert admin.describe_topics(topics)["described"].result(timeout=30).authorized_operations is None
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=30)
+    assert set(cluster.authorized_operations) == {
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    }
+    assert admin.describe_cluster().result(timeout=30).authorized_operations is None
