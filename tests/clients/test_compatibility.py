@@ -6,8 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+from kafka.admin import NewTopic as NewKafkaTopic
 from kio.schema.errors import ErrorCode
 
 from onceflow import EmbeddedBroker
@@ -165,3 +167,88 @@ def test_metadata_reports_every_operation_as_allowed_when_asked(broker: Embedded
         AclOperation.DESCRIBE,
     }
     assert admin.describe_cluster().result(timeout=30).authorized_operations is None
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"dummy.doesntexist": "1"}, "Unknown topic config name: dummy.doesntexist"),
+        ({"retention.ms": "soon"}, "Not a number of type LONG"),
+        ({"min.insync.replicas": "0"}, "at least 1"),
+        ({"cleanup.policy": "tidy"}, "String must be one of"),
+        ({"preallocate": "maybe"}, "either true or false"),
+        ({"cleanup.policy": "compact"}, "does not support log compaction"),
+        ({"cleanup.policy": "delete,compact"}, "does not support log compaction"),
+        ({"compression.type": "zstd"}, "does not recompress"),
+        ({"message.timestamp.type": "LogAppendTime"}, "does not support LogAppendTime"),
+        ({"segment.ms": "60000"}, "rolls segments by size only"),
+    ],
+)
+def test_create_topics_refuses_configs_it_does_not_know_or_apply(
+    broker: EmbeddedBroker, config: dict[str, str], message: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    future = admin.create_topics([NewTopic("configured", 1, 1, config=config)])["configured"]
+    with pytest.raises(KafkaException) as raised:
+        future.result(timeout=30)
+    error = raised.value.args[0]
+    assert error.code() == KafkaError.INVALID_CONFIG and message in error.str()
+    assert "configured" not in admin.list_topics(timeout=30).topics
+
+
+def test_create_topics_accepts_the_keys_it_applies_and_kafkas_defaults(broker: EmbeddedBroker) -> None:
+    config = {
+        "retention.ms": "3600000",
+        "segment.bytes": "1048576",
+        "cleanup.policy": "delete",
+        "compression.type": "producer",
+        "message.timestamp.type": "CreateTime",
+        "unclean.leader.election.enable": "true",
+        "min.cleanable.dirty.ratio": "0.1",
+    }
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic("accepted", 1, 1, config=config)])["accepted"].result(timeout=30)
+
+
+def test_describe_configs_reports_stored_and_default_configs_with_types(tmp_path: Path) -> None:
+    with EmbeddedBroker(tmp_path / "data", config={"log.retention.hours": "24"}) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        try:
+            admin.create_topics(
+                [
+                    NewKafkaTopic(
+                        "described", 1, 1, topic_configs={"retention.bytes": "5000", "preallocate": "true"}
+                    )
+                ]
+            )
+            topic = ConfigResource(ConfigResourceType.TOPIC, "described")
+            described = admin.describe_configs([topic], include_synonyms=True, config_filter="all")
+            configs = described["topic"]["described"]
+            brokers = admin.describe_configs(
+                [ConfigResource(ConfigResourceType.BROKER, "0")], config_filter="all"
+            )
+            broker_configs = brokers["broker"]["0"]
+        finally:
+            admin.close()
+    seen = {name: (c["value"], c["config_source"], c["config_type"]) for name, c in configs.items()}
+    assert seen["retention.bytes"] == ("5000", "DYNAMIC_TOPIC_CONFIG", "LONG")
+    assert seen["preallocate"] == ("true", "DYNAMIC_TOPIC_CONFIG", "BOOLEAN")
+    assert seen["retention.ms"] == ("86400000", "STATIC_BROKER_CONFIG", "LONG")
+    assert seen["segment.bytes"] == ("1073741824", "DEFAULT_CONFIG", "INT")
+    assert seen["cleanup.policy"] == ("delete", "DEFAULT_CONFIG", "LIST")
+    assert seen["compression.type"] == ("producer", "DEFAULT_CONFIG", "STRING")
+    assert seen["min.cleanable.dirty.ratio"] == ("0.5", "DEFAULT_CONFIG", "DOUBLE")
+    assert all(not c["read_only"] and not c["is_sensitive"] for c in configs.values())
+    assert [(s["name"], s["value"], s["source"]) for s in configs["retention.ms"]["synonyms"]] == [
+        ("log.retention.hours", "24", "STATIC_BROKER_CONFIG"),
+        ("log.retention.hours", "168", "DEFAULT_CONFIG"),
+    ]
+    assert [(s["name"], s["source"]) for s in configs["retention.bytes"]["synonyms"]] == [
+        ("retention.bytes", "DYNAMIC_TOPIC_CONFIG"),
+        ("log.retention.bytes", "DEFAULT_CONFIG"),
+    ]
+    assert broker_configs["log.retention.hours"]["value"] == "24"
+    assert broker_configs["log.retention.hours"]["config_source"] == "STATIC_BROKER_CONFIG"
+    assert broker_configs["group.initial.rebalance.delay.ms"]["config_type"] == "INT"
+    assert broker_configs["auto.create.topics.enable"]["config_type"] == "BOOLEAN"
+    assert broker_configs["num.partitions"]["config_source"] == "DEFAULT_CONFIG"
