@@ -252,3 +252,42 @@ def test_describe_configs_reports_stored_and_default_configs_with_types(tmp_path
     assert broker_configs["group.initial.rebalance.delay.ms"]["config_type"] == "INT"
     assert broker_configs["auto.create.topics.enable"]["config_type"] == "BOOLEAN"
     assert broker_configs["num.partitions"]["config_source"] == "DEFAULT_CONFIG"
+
+
+def test_describe_cluster_answers_admin_clients(broker: EmbeddedBroker) -> None:
+    """kafka-python asks DescribeCluster (60) first and falls back to Metadata only when the API is
+    missing; Metadata v11+ has no cluster operations, so only DescribeCluster carries them."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        cluster = admin.describe_cluster()
+    finally:
+        admin.close()
+    assert cluster["cluster_id"] == "onceflow-cluster" and cluster["controller_id"] == 0
+    assert [(b["broker_id"], b["port"]) for b in cluster["brokers"]] == [(0, broker.port)]
+    assert set(cluster["authorized_operations"]) == {
+        "CREATE",
+        "CLUSTER_ACTION",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+        "IDEMPOTENT_WRITE",
+        "ALTER",
+        "DESCRIBE",
+    }
+
+
+@pytest.mark.parametrize(
+    ("endpoint_type", "error"),
+    [(2, ErrorCode.mismatched_endpoint_type), (3, ErrorCode.unsupported_endpoint_type)],
+)
+def test_describe_cluster_for_other_endpoint_types(
+    broker: EmbeddedBroker, endpoint_type: int, error: ErrorCode
+) -> None:
+    with WireClient(broker.bootstrap_servers) as wire:
+        response = wire.request(
+            60,
+            2,
+            include_cluster_authorized_operations=False,
+            endpoint_type=endpoint_type,
+            include_fenced_brokers=False,
+        )
+    assert response.error_code == error and response.brokers == ()
