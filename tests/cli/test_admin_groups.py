@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow import EmbeddedBroker
 from tests.cli.commands import admin, admin_json, onceflow
+from tests.conftest import FAST_JOINS
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,7 +22,7 @@ PER_PARTITION = 10
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker() as running:
+    with EmbeddedBroker(config=FAST_JOINS) as running:
         admin = AdminClient({"bootstrap.servers": running.bootstrap_servers})
         admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(timeout=30)
         producer = Producer({"bootstrap.servers": running.bootstrap_servers})

@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from onceflow import EmbeddedBroker
+from tests.conftest import FAST_JOINS
 from tests.groups.helpers import describe, heartbeat
 from tests.wire import WireClient
 
@@ -29,7 +30,8 @@ FAST_GROUP = {"heartbeat.interval.ms": 100, "session.timeout.ms": 6000, "auto.of
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(tmp_path / "data", config={"group.min.session.timeout.ms": "500"}) as running:
+    config = {**FAST_JOINS, "group.min.session.timeout.ms": "500"}
+    with EmbeddedBroker(tmp_path / "data", config=config) as running:
         yield running
 
 

@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 
 from onceflow import EmbeddedBroker
+from tests.conftest import FAST_JOINS
 from tests.groups.helpers import commit, heartbeat, join_new, sync
 from tests.wire import WireClient
 
@@ -51,7 +52,7 @@ def test_group_errors_agree_with_the_librdkafka_mock_cluster() -> None:
     mock_broker = next(iter(owner.list_topics(TOPIC, timeout=10).brokers.values()))
     mock = _session(f"{mock_broker.host}:{mock_broker.port}")
     del owner
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker(config=FAST_JOINS) as broker:
         with WireClient(broker.bootstrap_servers) as client:
             assert client.create_topic(TOPIC, 4) == ErrorCode.none
         ours = _session(broker.bootstrap_servers)

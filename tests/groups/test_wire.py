@@ -8,13 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
 from onceflow import EmbeddedBroker
 from onceflow.broker.core import Broker
 from onceflow.coordinator.group import StagedOffset
 from onceflow.coordinator.group_metadata import OffsetAndMetadata, TopicPartition
-from tests.conftest import wait_until
+from tests.conftest import FAST_JOINS, wait_until
 from tests.groups.helpers import (
     begin_offsets_transaction,
     commit,
@@ -38,7 +39,8 @@ TOPIC = "events"
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
     # Short session timeouts keep the timeout tests fast.
-    with EmbeddedBroker(tmp_path / "data", config={"group.min.session.timeout.ms": "100"}) as running:
+    config = {**FAST_JOINS, "group.min.session.timeout.ms": "100"}
+    with EmbeddedBroker(tmp_path / "data", config=config) as running:
         with WireClient(running.bootstrap_servers) as client:
             assert client.create_topic(TOPIC, 2) == ErrorCode.none
         yield running
@@ -196,6 +198,22 @@ def test_a_silent_member_is_removed_when_its_session_times_out(client: WireClien
     wait_until(lambda: describe(client, "g").group_state == "Empty", timeout_s=10)
     assert 0.25 < time.monotonic() - started < 5
     assert heartbeat(client, "g", generation, member_id) == ErrorCode.unknown_member_id
+
+
+def test_sessions_time_out_on_time(broker: EmbeddedBroker, client: WireClient) -> None:
+    """A group can be deleted right after its static member's session passed: the broker times
+    sessions out at their deadline, not at its next look at the clock (it used to look every
+    100 ms, so a delete just after the deadline got NON_EMPTY_GROUP)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.list_topics(timeout=10)  # connected before the timing starts
+    session_ms, margin_ms = 200, 30
+    for attempt in range(5):
+        group = f"static-{attempt}"
+        member_id, generation = _stable_member(client, group, instance_id="s", session_ms=session_ms)
+        assert heartbeat(client, group, generation, member_id, "s") == ErrorCode.none
+        # The session restarted at the latest now; this test is about time, so it sleeps.
+        time.sleep((session_ms + margin_ms) / 1000)
+        admin.delete_consumer_groups([group])[group].result(timeout=10)
 
 
 def test_followers_are_not_left_waiting_when_the_leader_never_syncs(broker: EmbeddedBroker) -> None:

@@ -63,7 +63,7 @@ def _group_lag(bootstrap: str) -> int:
 def test_two_workers_killed_at_random(tmp_path: Path, mode: str) -> None:
     """exactly-once must transform every record once; at-least-once, under the same kills, must
     duplicate some, which shows that the check can fail."""
-    broker = BrokerProcess(tmp_path / "data", settings={"group.initial.rebalance.delay.ms": "0"}).start()
+    broker = BrokerProcess(tmp_path / "data").start()
     workers: dict[int, subprocess.Popen[str]] = {}
     rng = random.Random(20261122)
     try:

@@ -32,6 +32,30 @@ class Request:
         return build(response_type(self.api_key, self.api_version), values)
 
 
+# Kafka's AclOperation codes. Without an authorizer Kafka allows every operation that exists for
+# a resource type (AclEntry.supportedOperations) and reports them as a bit field.
+_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
+_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
+TOPIC_OPERATIONS = sum(
+    1 << code
+    for code in (_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE, _DESCRIBE_CONFIGS, _ALTER_CONFIGS)
+)
+CLUSTER_OPERATIONS = sum(
+    1 << code
+    for code in (
+        _CREATE,
+        _CLUSTER_ACTION,
+        _DESCRIBE_CONFIGS,
+        _ALTER_CONFIGS,
+        _IDEMPOTENT_WRITE,
+        _ALTER,
+        _DESCRIBE,
+    )
+)
+# What Kafka answers when the client did not ask for the operations.
+OPERATIONS_NOT_REQUESTED = -(2**31)
+
+
 def is_internal(topic: str) -> bool:
     """The coordinators' own logs (`__consumer_offsets`, `__transaction_state`)."""
     return topic.startswith("__")

@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
+from onceflow.broker.described_configs import topic_entries
 from onceflow.log.errors import LogError
 
 API_KEY = 19
@@ -42,10 +43,11 @@ def _create(request: Request, topic: Any, validate_only: bool) -> dict[str, Any]
         return _failed(name, ErrorCode.topic_already_exists, f"topic {name!r} already exists")
     try:
         if validate_only:
-            broker.logs.validate_new_topic(name, partitions, configs)
+            effective = broker.logs.validate_new_topic(name, partitions, configs)
             info_id = None
         else:
             info_id = broker.logs.create_topic(name, partitions, configs).topic_id
+            effective = broker.logs.topic_config(name)
     except LogError as error:
         return _failed(name, error.error_code, str(error))
     return {
@@ -55,9 +57,16 @@ def _create(request: Request, topic: Any, validate_only: bool) -> dict[str, Any]
         "error_message": None,
         "num_partitions": partitions,
         "replication_factor": 1,
+        # v5+: the new topic's configs, as DescribeConfigs would report them.
         "configs": [
-            {"name": key, "value": value, "read_only": False, "config_source": 1, "is_sensitive": False}
-            for key, value in sorted(configs.items())
+            {
+                "name": entry.name,
+                "value": entry.value,
+                "read_only": False,
+                "config_source": entry.source,
+                "is_sensitive": False,
+            }
+            for entry in topic_entries(broker.config, configs, effective)
         ],
     }
 

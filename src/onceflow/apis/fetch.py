@@ -28,7 +28,8 @@ READ_COMMITTED = 1
 
 def handle(request: Request) -> Any:
     body = request.body
-    if body.session_id != 0 and body.session_epoch != -1:
+    # Sessions exist from v7; older requests have neither field.
+    if getattr(body, "session_id", 0) != 0 and body.session_epoch != -1:
         return request.respond(
             throttle_time=0, error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=[]
         )
@@ -123,5 +124,7 @@ def _partition_error(
         "log_start_offset": log_start_offset,
         "aborted_transactions": None,
         "preferred_read_replica": -1,
-        "records": None,
+        # Kafka sends empty records, never null: librdkafka cannot parse a null record set
+        # and would never see the error (so never apply auto.offset.reset).
+        "records": b"",
     }

@@ -6,7 +6,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal
+from onceflow.apis.common import (
+    CLUSTER_OPERATIONS,
+    OPERATIONS_NOT_REQUESTED,
+    TOPIC_OPERATIONS,
+    Request,
+    is_internal,
+)
 from onceflow.log.errors import LogError
 
 API_KEY = 3
@@ -26,7 +32,12 @@ def handle(request: Request) -> Any:
         auto_create = getattr(body, "allow_auto_topic_creation", True) and broker.config.get_bool(
             "auto.create.topics.enable"
         )
-    topics = [_describe_topic(request, name, auto_create) for name in names]
+    topic_operations = (
+        TOPIC_OPERATIONS
+        if getattr(body, "include_topic_authorized_operations", False)
+        else OPERATIONS_NOT_REQUESTED
+    )
+    topics = [_describe_topic(request, name, auto_create, topic_operations) for name in names]
     endpoint = broker.endpoint
     return request.respond(
         throttle_time=0,
@@ -34,10 +45,16 @@ def handle(request: Request) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=endpoint.node_id,
         topics=topics,
+        # v8-v10 only; later versions moved it to DescribeCluster.
+        cluster_authorized_operations=(
+            CLUSTER_OPERATIONS
+            if getattr(body, "include_cluster_authorized_operations", False)
+            else OPERATIONS_NOT_REQUESTED
+        ),
     )
 
 
-def _describe_topic(request: Request, name: str, auto_create: bool) -> dict[str, Any]:
+def _describe_topic(request: Request, name: str, auto_create: bool, operations: int) -> dict[str, Any]:
     logs = request.broker.logs
     info = logs.topics.get(name)
     if info is None and auto_create:
@@ -66,6 +83,7 @@ def _describe_topic(request: Request, name: str, auto_create: bool) -> dict[str,
         "topic_id": info.topic_id,
         "is_internal": is_internal(name),
         "partitions": partitions,
+        "topic_authorized_operations": operations,
     }
 
 

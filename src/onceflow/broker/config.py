@@ -25,7 +25,7 @@ DEFAULTS: dict[str, str] = {
     "transaction.max.timeout.ms": "900000",
     "transactional.id.expiration.ms": "604800000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
-    "group.initial.rebalance.delay.ms": "0",
+    "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
     "offset.metadata.max.bytes": "4096",

@@ -23,7 +23,7 @@ from onceflow.broker.config import BrokerConfig
 from onceflow.broker.markers import write_markers
 from onceflow.broker.metrics import Metrics, PrometheusMetrics
 from onceflow.broker.producer_ids import ProducerIdAllocator
-from onceflow.coordinator.group import TICK_INTERVAL_MS, GroupConfig, GroupCoordinator
+from onceflow.coordinator.group import GroupConfig, GroupCoordinator
 from onceflow.coordinator.transaction import TransactionCoordinator
 from onceflow.log.log import PartitionLog
 from onceflow.log.manager import LogManager
@@ -58,7 +58,12 @@ class Broker:
             config.get_int("transactional.id.expiration.ms"),
         )
         self._completions: dict[str, asyncio.Task[None]] = {}
-        self.groups = GroupCoordinator(self.logs, GroupConfig.from_kafka(config.props), now_ms())
+        # One timer at the groups' next deadline, so that sessions and rebalances time out on time.
+        self._group_timer: asyncio.TimerHandle | None = None
+        self._group_timer_at_ms: int | None = None
+        self.groups = GroupCoordinator(
+            self.logs, GroupConfig.from_kafka(config.props), now_ms(), self._schedule_group_timer
+        )
         self.metrics = PrometheusMetrics(self.logs, self.transactions, self.groups) if metrics else Metrics()
         self.node_id = config.get_int("node.id")
         self.cluster_id = config.get("cluster.id")
@@ -86,13 +91,15 @@ class Broker:
             asyncio.create_task(self._write_behind(), name="write-behind"),
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             asyncio.create_task(self._transaction_sweep(), name="transaction-sweep"),
-            asyncio.create_task(self._group_timers(), name="group-timers"),
         ]
+        self._fire_group_timers()  # sessions of members replayed from the log
         for transactional_id in self.transactions.pending_completions():
             self.complete_transaction(transactional_id)  # prepared before a crash
 
     async def stop(self) -> None:
         # A transaction stopped half-way stays Prepare* in its log and completes at the next start.
+        if self._group_timer is not None:
+            self._group_timer.cancel()
         stopping = [*self._tasks, *self._completions.values()]
         for task in stopping:
             task.cancel()
@@ -133,11 +140,27 @@ class Broker:
                 self.complete_transaction(transactional_id)
             self.transactions.expire_idle_ids(now_ms())
 
-    async def _group_timers(self) -> None:
-        """Consumer-group session, rebalance and join-delay timeouts."""
-        while True:
-            await asyncio.sleep(TICK_INTERVAL_MS / 1000)
-            self.appended(self.groups.tick(now_ms()))
+    # -- consumer-group timeouts ---------------------------------------------------
+    def _schedule_group_timer(self, at_ms: int) -> None:
+        if self._group_timer_at_ms is not None and self._group_timer_at_ms <= at_ms:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # replaying the log before start(), which schedules the first timer
+        if self._group_timer is not None:
+            self._group_timer.cancel()
+        self._group_timer_at_ms = at_ms
+        self._group_timer = loop.call_later(max(0, at_ms - now_ms()) / 1000, self._fire_group_timers)
+
+    def _fire_group_timers(self) -> None:
+        """Session, rebalance, sync and join-delay timeouts that have passed; then the next timer."""
+        self._group_timer = None
+        self._group_timer_at_ms = None
+        self.appended(self.groups.tick(now_ms()))
+        next_at_ms = self.groups.next_deadline_ms()
+        if next_at_ms is not None:
+            self._schedule_group_timer(next_at_ms)
 
     # -- appends and durability ------------------------------------------------
     def appended(self, logs: Iterable[PartitionLog]) -> None:

@@ -4,7 +4,8 @@ States: Empty -> PreparingRebalance -> CompletingRebalance -> Stable, back to Pr
 when membership or subscriptions change, and Empty when the last member goes. A group that does
 not exist is described as Dead.
 
-This is a state machine without I/O of its own. Time comes in as `now_ms` and through `tick`.
+This is a state machine without I/O of its own. Time comes in as `now_ms` and through `tick`,
+which the owner calls at `next_deadline_ms()`; `on_earlier_deadline` tells it of a new, earlier one.
 A JoinGroup waits until the rebalance completes and a SyncGroup until the leader's assignment
 arrives: each leaves a callback that the coordinator calls exactly once, at the latest when a
 rebalance, session or sync timeout passes. Callbacks must not call back into the coordinator.
@@ -22,7 +23,7 @@ import heapq
 import itertools
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -61,8 +62,6 @@ from onceflow.log.manager import LogManager
 _log = logging.getLogger(__name__)
 
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
-# How often the broker calls `tick`: the resolution of every group timeout.
-TICK_INTERVAL_MS = 100
 # A new member cannot heartbeat while its first JoinGroup waits; Kafka bounds that wait so.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 _REPLAY_CHUNK_BYTES = 1 << 20
@@ -70,8 +69,7 @@ _REPLAY_CHUNK_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class GroupConfig:
-    # Kafka's default is 3000; a broker for development and tests wants fast first joins.
-    initial_rebalance_delay_ms: int = 0
+    initial_rebalance_delay_ms: int = 3000
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000
     offset_metadata_max_bytes: int = 4096
@@ -167,9 +165,19 @@ class GroupListing(NamedTuple):
 
 
 class GroupCoordinator:
-    def __init__(self, logs: LogManager, config: GroupConfig, now_ms: int) -> None:
-        """Open `__consumer_offsets` (created on first start) and replay it."""
+    def __init__(
+        self,
+        logs: LogManager,
+        config: GroupConfig,
+        now_ms: int,
+        on_earlier_deadline: Callable[[int], None] = lambda _at_ms: None,
+    ) -> None:
+        """Open `__consumer_offsets` (created on first start) and replay it.
+
+        `on_earlier_deadline(at_ms)` is called when a timeout earlier than every pending one is
+        set, so that the owner can call `tick` on time; it must not call into the coordinator."""
         self.config = config
+        self._on_earlier_deadline = on_earlier_deadline
         self._logs = logs
         self.log = _open_log(logs)
         self._groups: dict[str, Group] = {}
@@ -484,8 +492,15 @@ class GroupCoordinator:
         ):
             del self._groups[group.group_id]
 
+    def next_deadline_ms(self) -> int | None:
+        """When `tick` has work next (perhaps none, for a timeout that no longer applies)."""
+        return self._timers[0][0] if self._timers else None
+
     def _wake(self, group: Group, at_ms: int) -> None:
-        heapq.heappush(self._timers, (at_ms, next(self._timer_sequence), group.group_id))
+        entry = (at_ms, next(self._timer_sequence), group.group_id)
+        heapq.heappush(self._timers, entry)
+        if self._timers[0] is entry:
+            self._on_earlier_deadline(at_ms)
 
     def _touch(self, group: Group, member: Member, now_ms: int) -> None:
         """The member showed it is alive: its session starts over."""

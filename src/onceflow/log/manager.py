@@ -39,6 +39,7 @@ from onceflow.log.errors import (
 )
 from onceflow.log.files import write_atomically
 from onceflow.log.log import PartitionLog
+from onceflow.log.topic_configs import validate_topic_configs
 
 _log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class LogManager:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
         _check_partitions_per_request(partitions)
         self._check_open_files(partitions)
+        validate_topic_configs(configs)
         return self._overlay(configs)
 
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> TopicInfo:

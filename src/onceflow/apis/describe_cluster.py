@@ -1,0 +1,61 @@
+"""DescribeCluster (60, KIP-700): the cluster id, the controller and the brokers, which admin
+clients ask instead of Metadata; v1 adds the endpoint type (KIP-919), v2 fenced brokers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import CLUSTER_OPERATIONS, OPERATIONS_NOT_REQUESTED, Request
+
+API_KEY = 60
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+BROKERS = 1
+CONTROLLERS = 2
+
+
+def handle(request: Request) -> Any:
+    broker = request.broker
+    body = request.body
+    endpoint_type = getattr(body, "endpoint_type", BROKERS)
+    if endpoint_type != BROKERS:
+        # As a Kafka broker: controllers are asked about controllers, and there are none here.
+        code = (
+            ErrorCode.mismatched_endpoint_type
+            if endpoint_type == CONTROLLERS
+            else ErrorCode.unsupported_endpoint_type
+        )
+        return request.respond(
+            throttle_time=0,
+            error_code=code,
+            error_message=f"this broker does not answer for endpoint type {endpoint_type}",
+            endpoint_type=endpoint_type,
+            cluster_id=broker.cluster_id,
+            controller_id=-1,
+            brokers=[],
+        )
+    endpoint = broker.endpoint
+    return request.respond(
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=BROKERS,
+        cluster_id=broker.cluster_id,
+        # Kafka names a live broker here, since clients cannot reach KRaft controllers: this one.
+        controller_id=endpoint.node_id,
+        brokers=[
+            {
+                "broker_id": endpoint.node_id,
+                "host": endpoint.host,
+                "port": endpoint.port,
+                "rack": None,
+                "is_fenced": False,
+            }
+        ],
+        cluster_authorized_operations=(
+            CLUSTER_OPERATIONS if body.include_cluster_authorized_operations else OPERATIONS_NOT_REQUESTED
+        ),
+    )

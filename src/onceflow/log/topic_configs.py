@@ -1,0 +1,221 @@
+"""Kafka's topic config keys: their types, their valid values, and which ones this broker applies.
+
+Every key of Kafka 4.0's topic ConfigDef is listed here, in one of three kinds:
+
+- APPLIED: the broker does what the key says (validated by type and range, then `LogConfig`).
+- NO_EFFECT: any valid value is accepted and stored, because on a single broker that neither
+  compacts, replicates, recompresses nor tiers its log, no client could see the difference
+  (Kafka itself ignores these keys on such a topic).
+- ONLY_DEFAULT: only the value that describes what the broker does is accepted; any other is
+  INVALID_CONFIG with a message saying that the broker does not support it, rather than a topic
+  that silently behaves otherwise (a client asking for a compacted topic must not get a normal one).
+
+`segment.ms` is known but refused whatever its value: segments roll by size only.
+Any other key is INVALID_CONFIG, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from onceflow.log.errors import InvalidConfigError
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+LONG_MAX = str(_INT64_MAX)
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs' config_type (v3+), after Kafka's ConfigDef.Type."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class Support(enum.Enum):
+    APPLIED = "applied"
+    NO_EFFECT = "no effect"
+    ONLY_DEFAULT = "only the default"
+
+
+@dataclass(frozen=True)
+class TopicKey:
+    name: str
+    type: ConfigType
+    support: Support
+    # The value when the topic does not set the key: for applied keys the broker-level key
+    # decides it (see `broker_key`); for the others it is Kafka's default.
+    default: str = ""
+    broker_key: str | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    # Why ONLY_DEFAULT refuses other values.
+    unsupported: str = ""
+    # False for a key that no value describes (segment.ms: segments never roll by time).
+    described: bool = True
+
+
+_A, _N, _O = Support.APPLIED, Support.NO_EFFECT, Support.ONLY_DEFAULT
+_B, _S, _I, _L, _D, _LIST = (
+    ConfigType.BOOLEAN,
+    ConfigType.STRING,
+    ConfigType.INT,
+    ConfigType.LONG,
+    ConfigType.DOUBLE,
+    ConfigType.LIST,
+)
+
+TOPIC_KEYS: dict[str, TopicKey] = {
+    key.name: key
+    for key in (
+        # Applied; LogConfig checks the ranges, and the defaults come from the broker's config.
+        TopicKey("segment.bytes", _I, _A, broker_key="log.segment.bytes"),
+        TopicKey("index.interval.bytes", _I, _A, broker_key="log.index.interval.bytes"),
+        TopicKey("retention.ms", _L, _A, broker_key="log.retention.ms"),
+        TopicKey("retention.bytes", _L, _A, broker_key="log.retention.bytes"),
+        TopicKey("max.message.bytes", _I, _A, broker_key="message.max.bytes"),
+        TopicKey("flush.ms", _L, _A, broker_key="log.flush.interval.ms", minimum=0),
+        TopicKey("min.insync.replicas", _I, _A, broker_key="min.insync.replicas", minimum=1),
+        # What the broker does is the default; anything else is refused.
+        TopicKey(
+            "cleanup.policy",
+            _LIST,
+            _O,
+            "delete",
+            choices=("delete", "compact"),
+            unsupported="this broker does not support log compaction",
+        ),
+        TopicKey(
+            "compression.type",
+            _S,
+            _O,
+            "producer",
+            choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+            unsupported="this broker does not recompress; it stores batches as the producer sent them",
+        ),
+        TopicKey(
+            "message.timestamp.type",
+            _S,
+            _O,
+            "CreateTime",
+            choices=("CreateTime", "LogAppendTime"),
+            unsupported="this broker does not support LogAppendTime; it keeps the producer's timestamps",
+        ),
+        TopicKey(
+            "message.timestamp.before.max.ms",
+            _L,
+            _O,
+            LONG_MAX,
+            minimum=0,
+            unsupported="this broker does not check record timestamps",
+        ),
+        TopicKey(
+            "message.timestamp.after.max.ms",
+            _L,
+            _O,
+            LONG_MAX,
+            minimum=0,
+            unsupported="this broker does not check record timestamps",
+        ),
+        TopicKey(
+            "flush.messages",
+            _L,
+            _O,
+            LONG_MAX,
+            minimum=1,
+            unsupported="this broker flushes by time (flush.ms) and for acks=all, not by message count",
+        ),
+        TopicKey(
+            "remote.storage.enable",
+            _B,
+            _O,
+            "false",
+            unsupported="this broker does not support tiered storage",
+        ),
+        TopicKey(
+            "segment.ms",
+            _L,
+            _O,
+            minimum=1,
+            unsupported="this broker rolls segments by size only (segment.bytes)",
+            described=False,
+        ),
+        # Accepted, with nothing a client of a single plain broker could observe.
+        TopicKey("compression.gzip.level", _I, _N, "-1", minimum=-1, maximum=9),
+        TopicKey("compression.lz4.level", _I, _N, "9", minimum=1, maximum=17),
+        TopicKey("compression.zstd.level", _I, _N, "3", minimum=-131072, maximum=22),
+        TopicKey("delete.retention.ms", _L, _N, "86400000", minimum=0),
+        TopicKey("min.compaction.lag.ms", _L, _N, "0", minimum=0),
+        TopicKey("max.compaction.lag.ms", _L, _N, LONG_MAX, minimum=1),
+        TopicKey("min.cleanable.dirty.ratio", _D, _N, "0.5", minimum=0, maximum=1),
+        TopicKey("file.delete.delay.ms", _L, _N, "60000", minimum=0),
+        TopicKey("preallocate", _B, _N, "false"),
+        TopicKey("segment.index.bytes", _I, _N, "10485760", minimum=4),
+        TopicKey("segment.jitter.ms", _L, _N, "0", minimum=0),
+        TopicKey("unclean.leader.election.enable", _B, _N, "false"),
+        TopicKey("leader.replication.throttled.replicas", _LIST, _N, ""),
+        TopicKey("follower.replication.throttled.replicas", _LIST, _N, ""),
+        TopicKey("local.retention.ms", _L, _N, "-2", minimum=-2),
+        TopicKey("local.retention.bytes", _L, _N, "-2", minimum=-2),
+        TopicKey("remote.log.copy.disable", _B, _N, "false"),
+        TopicKey("remote.log.delete.on.disable", _B, _N, "false"),
+    )
+}
+
+
+def validate_topic_configs(configs: Mapping[str, str]) -> None:
+    """Raise InvalidConfigError for the first key that Kafka would not know, a value of the wrong
+    type or range, or a value this broker would not apply."""
+    for name, value in configs.items():
+        key = TOPIC_KEYS.get(name)
+        if key is None:
+            raise InvalidConfigError(f"Unknown topic config name: {name}")
+        problem = _value_problem(key, value)
+        if problem is None and key.support is Support.ONLY_DEFAULT and value.strip() != key.default:
+            problem = key.unsupported
+        if problem is not None:
+            raise InvalidConfigError(f"Invalid value {value} for configuration {name}: {problem}")
+
+
+def _value_problem(key: TopicKey, raw: str) -> str | None:
+    value = raw.strip()
+    number: float
+    if key.type in (ConfigType.INT, ConfigType.LONG):
+        low, high = (_INT32_MIN, _INT32_MAX) if key.type is ConfigType.INT else (_INT64_MIN, _INT64_MAX)
+        try:
+            number = int(value)
+        except ValueError:
+            return f"Not a number of type {key.type.name}"
+        if not low <= number <= high:
+            return f"Not a number of type {key.type.name}"
+    elif key.type is ConfigType.DOUBLE:
+        try:
+            number = float(value)
+        except ValueError:
+            return "Not a number of type DOUBLE"
+    elif key.type is ConfigType.BOOLEAN:
+        if value.lower() not in ("true", "false"):
+            return "Expected value to be either true or false"
+        return None
+    else:
+        items = [item.strip() for item in value.split(",")] if key.type is ConfigType.LIST else [value]
+        unknown = [item for item in items if key.choices and item not in key.choices]
+        if unknown:
+            return f"String must be one of: {', '.join(key.choices)}"
+        return None
+    if key.minimum is not None and number < key.minimum:
+        return f"Value must be at least {key.minimum:g}"
+    if key.maximum is not None and number > key.maximum:
+        return f"Value must be no more than {key.maximum:g}"
+    return None
