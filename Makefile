@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml constraints.txt scripts/setup.sh
 	bash scripts/setup.sh
 	touch $(STAMP)
 
