@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-quick lint bench clean
 
 setup: $(STAMP)
 
@@ -21,6 +21,12 @@ lint: setup
 
 test: lint
 	$(PY) -m pytest -q
+
+# Under two minutes: everything but the Spark, cluster, Chromium, PostgreSQL, soak and wheel lanes.
+QUICK := not (spark or cluster or chromium or postgres or soak or wheel)
+
+test-quick: lint
+	$(PY) -m pytest -q -m "$(QUICK)"
 
 bench: setup
 	$(PY) benchmarks/run.py

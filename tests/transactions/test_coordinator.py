@@ -259,5 +259,5 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self.seen[tid] = (metadata.state, metadata.producer_epoch)
 
 
-TestCoordinatorMachine = CoordinatorMachine.TestCase
+TestCoordinatorMachine = pytest.mark.soak(CoordinatorMachine.TestCase)  # a long randomized run
 TestCoordinatorMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
