@@ -3,14 +3,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench fuzz clean
+.PHONY: setup demo test test-quick lint bench fuzz clean
 
 # `make fuzz FUZZ_SECONDS=60` for a short run.
 FUZZ_SECONDS ?= 1800
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml constraints.txt scripts/setup.sh
 	bash scripts/setup.sh
 	touch $(STAMP)
 
@@ -24,6 +24,12 @@ lint: setup
 
 test: lint
 	$(PY) -m pytest -q
+
+# Under two minutes: everything but the Spark, cluster, Chromium, PostgreSQL, soak and wheel lanes.
+QUICK := not (spark or cluster or chromium or postgres or soak or wheel)
+
+test-quick: lint
+	$(PY) -m pytest -q -m "$(QUICK)"
 
 bench: setup
 	$(PY) benchmarks/run.py

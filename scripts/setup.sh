@@ -22,4 +22,5 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e '.[dev]'
+# constraints.txt pins every package to the version the tests passed with.
+.venv/bin/pip install -q -c constraints.txt -e '.[dev]'

@@ -23,7 +23,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         yield server
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh SQLite file, or a fresh database on a real PostgreSQL server on 127.0.0.1."""
     if request.param == "sqlite":

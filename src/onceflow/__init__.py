@@ -7,7 +7,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from onceflow.embedded import EmbeddedBroker
 
-__all__ = ["EmbeddedBroker"]
+__all__ = ["EmbeddedBroker", "__version__"]
+
+# The one place the version is written: pyproject.toml reads it from here.
+__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:

@@ -10,13 +10,16 @@ import signal
 import sys
 from pathlib import Path
 
+from onceflow import __version__
 from onceflow.admin.commands import COMMANDS as ADMIN_COMMANDS
 from onceflow.admin.commands import add_admin_commands, run_admin_command
 from onceflow.broker.config import BrokerConfig, ConfigError, parse_assignments
+from onceflow.extras import MissingExtraError
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="onceflow", description="Exactly-once streaming in Python.")
+    parser.add_argument("--version", action="version", version=f"onceflow {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     broker = commands.add_parser("broker", help="run a Kafka-protocol broker in the foreground")
@@ -78,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"onceflow: configuration error: {error}", file=sys.stderr)
         return 2
+    except MissingExtraError as error:
+        print(error, file=sys.stderr)
+        return 1
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from onceflow.embedded import EmbeddedBroker
+from onceflow.extras import require
 from onceflow.lab.presets import PRESETS
 from onceflow.lab.report import print_table, write_html, write_json
 from onceflow.lab.runner import Scenario, run_scenario
@@ -54,6 +55,8 @@ SHORT = DemoSize(lab_messages=200, payments=400, max_offsets=150)
 def run_demo(
     report_dir: Path, seed: int, short: bool, bootstrap: str | None, console: Console | None = None
 ) -> int:
+    # Before the lab's minutes: the pipeline stage runs Spark in a subprocess.
+    require("onceflow demo", "PySpark", "lab", ("pyspark", "pandas", "pyarrow"))
     # Wide enough for the side-by-side table also when the output goes to a file or a CI log.
     console = console or Console(width=None if Console().is_terminal else 150)
     size = SHORT if short else FULL

@@ -7,6 +7,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
@@ -15,6 +16,8 @@ from onceflow.log.batch import parse_batch_header
 from tests.conftest import BrokerProcess
 from tests.support import read_to_end
 from tests.wire import WireClient, make_batch, produce
+
+pytestmark = pytest.mark.soak
 
 PARTITIONS = 2
 

@@ -1,4 +1,4 @@
-"""The idempotence rules of design.md §3, one raw Produce request at a time."""
+"""The idempotence rules of docs/design.md#sequence-and-epoch-rules, one raw Produce request at a time."""
 
 from __future__ import annotations
 

@@ -6,11 +6,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow import EmbeddedBroker
 from onceflow.faults.proxy import FaultPlan, FaultProxy
+
+pytestmark = pytest.mark.soak
 
 MESSAGES = 3000
 PARTITIONS = 3

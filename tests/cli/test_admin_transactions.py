@@ -131,6 +131,7 @@ def _offsets(broker: EmbeddedBroker, topic: str) -> list[tuple[int, int]]:
     return [(p["last_stable_offset"], p["end_offset"]) for p in described["partitions"]]
 
 
+@pytest.mark.soak  # waits out a transaction timeout
 def test_find_and_abort_a_hanging_transaction(broker: EmbeddedBroker) -> None:
     _create_topic(broker, "payments")
     _commit_transaction(broker, "payments", COMMITTED)  # offsets 0-1 and a marker at 2

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.spark, pytest.mark.soak]
+
 RUN_KEYS = {
     "guarantee": str,
     "faults": list,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -142,6 +143,7 @@ steps = st.lists(
 )
 
 
+@pytest.mark.soak  # a long randomized run
 @settings(max_examples=200, deadline=None)
 @given(steps=steps, initial_delay_ms=st.sampled_from([0, 400]))
 def test_group_coordinator_invariants(steps: list[tuple[str, int, int]], initial_delay_ms: int) -> None:

@@ -18,6 +18,8 @@ import pytest
 from onceflow.lab.checker import KINDS
 from onceflow.lab.report import write_html
 
+pytestmark = pytest.mark.soak
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
@@ -150,6 +152,7 @@ needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="scripts
 
 
 @needs_chromium
+@pytest.mark.chromium
 def test_the_html_report_renders_its_chart_in_chromium(
     lab_run: tuple[dict[str, Any], Path], tmp_path: Path
 ) -> None:
@@ -166,6 +169,7 @@ def test_the_html_report_renders_its_chart_in_chromium(
 
 
 @needs_chromium
+@pytest.mark.chromium
 def test_a_page_without_its_chart_is_caught(tmp_path: Path) -> None:
     page = tmp_path / "empty.html"
     write_html([], page)

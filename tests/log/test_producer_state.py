@@ -1,4 +1,4 @@
-"""The idempotence rules of design.md section 3, one by one."""
+"""The idempotence rules of docs/design.md#sequence-and-epoch-rules, one by one."""
 
 from __future__ import annotations
 

@@ -13,6 +13,8 @@ from onceflow.pipeline.settings import PipelineSettings
 from tests.conftest import BrokerProcess
 from tests.pipeline.conftest import PairWatch, log_tail
 
+pytestmark = pytest.mark.spark
+
 
 @pytest.mark.timeout(170)
 def test_order_status_and_seat_reservation_appear_together(

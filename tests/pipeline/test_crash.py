@@ -15,6 +15,8 @@ from onceflow.pipeline.settings import PipelineSettings
 from tests.conftest import BrokerProcess
 from tests.pipeline.conftest import PairWatch, log_tail
 
+pytestmark = [pytest.mark.spark, pytest.mark.soak]
+
 
 @pytest.mark.timeout(170)
 def test_kill_and_restart_applies_every_batch_once(

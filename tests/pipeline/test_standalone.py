@@ -14,6 +14,8 @@ from tests.conftest import BrokerProcess
 from tests.pipeline.conftest import log_tail
 from tests.spark_cluster import standalone_cluster
 
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+
 
 @pytest.fixture
 def standalone_master(tmp_path: Path) -> Iterator[str]:

@@ -21,6 +21,8 @@ from onceflow.spark.source import limit_offsets
 from tests.spark.helpers import produce_transactions
 from tests.support import read_to_end, values
 
+pytestmark = pytest.mark.spark
+
 
 def create(bootstrap: str, *topics: tuple[str, int]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -20,6 +20,8 @@ from tests.spark_cluster import standalone_cluster
 from tests.support import read_to_end, values
 from tests.wire import WireClient
 
+pytestmark = [pytest.mark.spark, pytest.mark.soak]
+
 PARTITIONS = 4
 
 
@@ -107,6 +109,7 @@ def test_at_least_once_duplicates_under_the_same_faults(
 
 
 @pytest.mark.timeout(480)
+@pytest.mark.cluster
 def test_exactly_once_with_speculative_attempts(broker_process: BrokerProcess, tmp_path: Path) -> None:
     # Speculation needs a cluster with two hosts: Spark never speculates in local mode, nor runs
     # a copy of a task on a host that already runs it.

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.stores import PostgresStore, SQLiteStore, StoreError, open_store
+from onceflow.stores import SQLiteStore, StoreError, open_store
+from onceflow.stores.postgres import PostgresStore
 from tests.postgres import PostgresServer, free_port
 
 
@@ -31,6 +32,7 @@ def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:
         connection.close()
 
 
+@pytest.mark.postgres
 def test_a_postgresql_url_opens_postgresql(postgres_server: PostgresServer) -> None:
     with open_store(postgres_server.create_database("targets")) as store:
         assert isinstance(store, PostgresStore)

@@ -180,7 +180,7 @@ def test_state_survives_a_restart_and_prepared_transactions_are_pending(harness:
     assert harness.coordinator.pending_completions() == ["t"]
 
 
-# Legal transitions of design.md §4 (PrepareEpochFence is folded into PrepareAbort here).
+# Legal transitions of docs/design.md#transaction-states (PrepareEpochFence is folded into PrepareAbort).
 LEGAL = {
     TxnState.ONGOING: {TxnState.EMPTY, TxnState.ONGOING, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT},
     TxnState.PREPARE_COMMIT: {TxnState.ONGOING},
@@ -259,5 +259,5 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self.seen[tid] = (metadata.state, metadata.producer_epoch)
 
 
-TestCoordinatorMachine = CoordinatorMachine.TestCase
+TestCoordinatorMachine = pytest.mark.soak(CoordinatorMachine.TestCase)  # a long randomized run
 TestCoordinatorMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)

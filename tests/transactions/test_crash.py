@@ -14,6 +14,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.conftest import BrokerProcess
 from tests.support import read_to_end, values
 
+pytestmark = pytest.mark.soak
+
 PARTITIONS = 3
 TOPIC = "two-phase"
 

@@ -20,6 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.conftest import BrokerProcess
 from tests.support import read_to_end, values
 
+pytestmark = pytest.mark.soak
+
 INPUTS = 20_000
 PARTITIONS = 4
 CHAOS_SECONDS = 30

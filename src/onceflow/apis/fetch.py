@@ -1,7 +1,7 @@
 """Fetch (1): read whole stored batches, long-polling for min_bytes.
 
 read_committed fetches stop at the last stable offset and list the aborted transactions
-in the range, which the client uses to drop their batches (design.md §4).
+in the range, which the client uses to drop their batches (docs/design.md#committed-reads).
 
 Fetch sessions (KIP-227) are declined: every answer carries session id 0, so
 clients keep sending full fetch requests, which Kafka allows.

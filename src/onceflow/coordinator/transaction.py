@@ -5,10 +5,10 @@ waits for that append to be durable before answering or writing markers), and a 
 replays the log: the last record of a transactional id is its state. A transaction left
 in Prepare* by a crash is completed after the restart (`pending_completions`).
 
-States and transitions follow design.md §4 (Kafka's transaction protocol v1). Fencing an
-open transaction (InitProducerId while Ongoing, or a timeout) bumps the epoch and writes
-PrepareAbort with the new epoch directly; its markers then fence the old session on every
-partition.
+States and transitions follow docs/design.md#transaction-states (Kafka's transaction
+protocol v1). Fencing an open transaction (InitProducerId while Ongoing, or a timeout) bumps
+the epoch and writes PrepareAbort with the new epoch directly; its markers then fence the old
+session on every partition.
 """
 
 from __future__ import annotations

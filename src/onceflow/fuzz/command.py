@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from onceflow.extras import require
 from onceflow.fuzz.campaign import FuzzReport, run
 
 
@@ -30,6 +31,7 @@ def run_fuzz_command(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or args.connections <= 0:
         print("onceflow fuzz: --seconds and --connections must be positive", file=sys.stderr)
         return 2
+    require("onceflow fuzz", "kafka-python and aiokafka", "fuzz", ("kafka", "aiokafka"))
     with tempfile.TemporaryDirectory(prefix="onceflow-fuzz-") as scratch:
         workdir = args.workdir or Path(scratch)
         report = run(args.seconds, args.seed, args.connections, workdir, args.regressions)

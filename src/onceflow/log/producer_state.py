@@ -1,7 +1,8 @@
 """Per-partition producer state: epochs, sequences, duplicate detection and open transactions.
 
-The rules are design.md sections 3 and 4 (Kafka's broker behaviour). State is rebuilt on
-restart from the newest snapshot plus a replay of the batches appended after it.
+The rules are docs/design.md#idempotent-producer and docs/design.md#transactions (Kafka's
+broker behaviour). State is rebuilt on restart from the newest snapshot plus a replay of the
+batches appended after it.
 """
 
 from __future__ import annotations

@@ -23,9 +23,14 @@ import sys
 import time
 import uuid
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.streaming.query import StreamingQuery
+from onceflow.extras import MissingExtraError
+
+try:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.query import StreamingQuery
+except ImportError as error:
+    raise MissingExtraError("onceflow pipeline run", "PySpark", "spark") from error
 
 import onceflow.spark
 from onceflow.pipeline.events import (

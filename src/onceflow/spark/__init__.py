@@ -13,9 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource
-from pyspark.sql.types import StructType
+from onceflow.extras import MissingExtraError
+
+try:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import DataSource
+    from pyspark.sql.types import StructType
+except ImportError as error:
+    raise MissingExtraError("onceflow.spark", "PySpark", "spark") from error
 
 from onceflow.spark.sink import OnceflowBatchWriter, OnceflowStreamWriter
 from onceflow.spark.source import SCHEMA, OnceflowBatchReader, OnceflowStreamReader

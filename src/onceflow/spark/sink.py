@@ -1,4 +1,6 @@
-"""The onceflow sink: rows to Kafka topics, exactly once per write task (design.md section 6).
+"""The onceflow sink: rows to Kafka topics, exactly once per write task.
+
+The protocol, and why it holds: docs/design.md#the-spark-sinks-fencing-protocol.
 
 Each write task p of batch B owns the transactional id `P-p`:
   1. `init_transactions()` fences every earlier attempt of the slot and ends its open transaction;

@@ -8,12 +8,10 @@ end offsets) commit in one transaction, and a batch the query already applied is
 from __future__ import annotations
 
 from onceflow.stores.base import BatchStore, Progress, StoreError, Transaction, WriteRows
-from onceflow.stores.postgres import PostgresStore
 from onceflow.stores.sqlite import SQLiteStore
 
 __all__ = [
     "BatchStore",
-    "PostgresStore",
     "Progress",
     "SQLiteStore",
     "StoreError",
@@ -26,6 +24,9 @@ __all__ = [
 def open_store(target: str) -> BatchStore:
     """A store for a SQLite file path, a `sqlite:///path` URL or a `postgresql://` URL."""
     if target.startswith(("postgresql://", "postgres://")):
+        # Imported here: psycopg comes with the `postgres` extra, SQLite needs nothing.
+        from onceflow.stores.postgres import PostgresStore
+
         return PostgresStore(target)
     path = target.removeprefix("sqlite:///")
     if not path or "://" in path or path.startswith("sqlite:"):

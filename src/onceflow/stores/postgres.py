@@ -8,7 +8,12 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
+from onceflow.extras import MissingExtraError
+
+try:
+    import psycopg
+except ImportError as error:
+    raise MissingExtraError("onceflow's PostgreSQL store", "psycopg", "postgres") from error
 
 from onceflow.stores.base import BatchStore, CursorTransaction, StoreError, Transaction
 
