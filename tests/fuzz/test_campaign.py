@@ -13,6 +13,7 @@ from onceflow.faults.broker_process import BrokerProcess
 from onceflow.fuzz.campaign import record_corpus, run
 from tests.conftest import wait_until
 
+pytestmark = pytest.mark.soak
 REGRESSIONS = Path(__file__).parent / "regressions"
 
 
