@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 
@@ -13,10 +12,9 @@ from kio.schema.errors import ErrorCode
 from onceflow.coordinator.group import GroupConfig, GroupCoordinator
 from onceflow.coordinator.group_metadata import OffsetAndMetadata
 from onceflow.coordinator.group_metadata import TopicPartition as Partition
-from onceflow.log.config import LogConfig
-from onceflow.log.manager import LogManager
 from tests.conftest import BrokerProcess
 from tests.groups.helpers import begin_offsets_transaction, commit, describe, fetch, heartbeat, txn_commit
+from tests.memory_coordinator_log import MemoryLog
 from tests.wire import WireClient
 
 TOPIC = "durable"
@@ -90,39 +88,26 @@ def test_offsets_and_groups_survive_a_broker_crash(tmp_path: Path) -> None:
 def test_replay_rebuilds_the_coordinator() -> None:
     """Every kind of record, replayed by a fresh coordinator over the same log."""
     partition = Partition(TOPIC, 0)
-    with tempfile.TemporaryDirectory() as directory:
-        logs = LogManager(Path(directory), LogConfig(), 0)
-        try:
-            logs.create_topic(TOPIC, 1, {})
-            live = GroupCoordinator(logs, GroupConfig(), 0)
-            live.commit_offsets("kept", -1, "", None, {partition: OffsetAndMetadata(3, 1, "m", 10)}, 10)
-            live.commit_offsets("deleted", -1, "", None, {partition: OffsetAndMetadata(4)}, 10)
-            live.commit_transactional_offsets(
-                "kept", 9, 0, -1, "", None, {partition: OffsetAndMetadata(8)}, 11
-            )
-            live.commit_transactional_offsets(
-                "deleted", 9, 0, -1, "", None, {partition: OffsetAndMetadata(8)}, 11
-            )
-            live.commit_transactional_offsets(
-                "aborted", 10, 2, -1, "", None, {partition: OffsetAndMetadata(5)}, 12
-            )
-            live.commit_transactional_offsets(
-                "open", 11, 0, -1, "", None, {partition: OffsetAndMetadata(6)}, 12
-            )
-            assert live.delete_groups(["deleted"], 13) == {"deleted": ErrorCode.none}
-            assert live.complete_transaction(9, commit=True, now_ms=14) == [live.log]
-            assert live.complete_transaction(10, commit=False, now_ms=14) == [live.log]
-            assert live.complete_transaction(12, commit=True, now_ms=14) == []  # nothing staged
+    log = MemoryLog()
+    live = GroupCoordinator(log, {partition}.__contains__, GroupConfig(), 0)
+    live.commit_offsets("kept", -1, "", None, {partition: OffsetAndMetadata(3, 1, "m", 10)}, 10)
+    live.commit_offsets("deleted", -1, "", None, {partition: OffsetAndMetadata(4)}, 10)
+    live.commit_transactional_offsets("kept", 9, 0, -1, "", None, {partition: OffsetAndMetadata(8)}, 11)
+    live.commit_transactional_offsets("deleted", 9, 0, -1, "", None, {partition: OffsetAndMetadata(8)}, 11)
+    live.commit_transactional_offsets("aborted", 10, 2, -1, "", None, {partition: OffsetAndMetadata(5)}, 12)
+    live.commit_transactional_offsets("open", 11, 0, -1, "", None, {partition: OffsetAndMetadata(6)}, 12)
+    assert live.delete_groups(["deleted"], 13) == {"deleted": ErrorCode.none}
+    assert live.complete_transaction(9, commit=True, now_ms=14) == [live.log]
+    assert live.complete_transaction(10, commit=False, now_ms=14) == [live.log]
+    assert live.complete_transaction(12, commit=True, now_ms=14) == []  # nothing staged
 
-            replayed = GroupCoordinator(logs, GroupConfig(), 20)
-            for group in ("kept", "deleted", "aborted", "open"):
-                assert replayed.fetch_offsets(group, [partition], require_stable=True) == live.fetch_offsets(
-                    group, [partition], require_stable=True
-                )
-                assert replayed.describe_group(group) == live.describe_group(group)
-            assert replayed.fetch_offsets("kept", None, False)[0].offset == OffsetAndMetadata(8)
-            assert replayed.has_pending_offsets("open", TOPIC, 0)
-            assert [s.group_id for s in replayed.staged_offsets(11)] == ["open"]
-            assert replayed.staged_offsets(9) == replayed.staged_offsets(10) == []
-        finally:
-            logs.close()
+    replayed = GroupCoordinator(log, {partition}.__contains__, GroupConfig(), 20)
+    for group in ("kept", "deleted", "aborted", "open"):
+        assert replayed.fetch_offsets(group, [partition], require_stable=True) == live.fetch_offsets(
+            group, [partition], require_stable=True
+        )
+        assert replayed.describe_group(group) == live.describe_group(group)
+    assert replayed.fetch_offsets("kept", None, False)[0].offset == OffsetAndMetadata(8)
+    assert replayed.has_pending_offsets("open", TOPIC, 0)
+    assert [s.group_id for s in replayed.staged_offsets(11)] == ["open"]
+    assert replayed.staged_offsets(9) == replayed.staged_offsets(10) == []

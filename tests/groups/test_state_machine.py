@@ -9,10 +9,8 @@ rebuilds the same offsets and group state.
 from __future__ import annotations
 
 import itertools
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,8 +33,7 @@ from onceflow.coordinator.group_metadata import (
     SyncResult,
     TopicPartition,
 )
-from onceflow.log.config import LogConfig
-from onceflow.log.manager import LogManager
+from tests.memory_coordinator_log import MemoryLog
 
 GROUP = "g"
 PARTITION = TopicPartition("t", 0)
@@ -148,30 +145,25 @@ steps = st.lists(
 @given(steps=steps, initial_delay_ms=st.sampled_from([0, 400]))
 def test_group_coordinator_invariants(steps: list[tuple[str, int, int]], initial_delay_ms: int) -> None:
     config = GroupConfig(initial_rebalance_delay_ms=initial_delay_ms, min_session_timeout_ms=100)
-    with tempfile.TemporaryDirectory() as directory:
-        logs = LogManager(Path(directory), LogConfig(), 0)
-        try:
-            logs.create_topic(PARTITION.topic, 1, {})
-            harness = Harness(
-                GroupCoordinator(logs, config, 0),
-                [Client(None, 1500), Client(None, 500), Client(None, 3000), Client("static", 1500)],
-            )
-            for action, client, amount in steps:
-                harness.act(action, harness.clients[client], amount)
-            # Steer towards sequences that get through many rebalances.
-            target(harness.latest_generation)
-            event("generations reached", str(min(harness.latest_generation, 5)))
-            # Past every timeout (ticking along the way, as the broker does), nothing waits.
-            for _ in range(20):
-                harness.act("advance", harness.clients[0], NEW_MEMBER_JOIN_TIMEOUT_MS // 4)
-            assert harness.waiting == {}
+    log = MemoryLog()
+    harness = Harness(
+        GroupCoordinator(log, {PARTITION}.__contains__, config, 0),
+        [Client(None, 1500), Client(None, 500), Client(None, 3000), Client("static", 1500)],
+    )
+    for action, client, amount in steps:
+        harness.act(action, harness.clients[client], amount)
+    # Steer towards sequences that get through many rebalances.
+    target(harness.latest_generation)
+    event("generations reached", str(min(harness.latest_generation, 5)))
+    # Past every timeout (ticking along the way, as the broker does), nothing waits.
+    for _ in range(20):
+        harness.act("advance", harness.clients[0], NEW_MEMBER_JOIN_TIMEOUT_MS // 4)
+    assert harness.waiting == {}
 
-            coordinator = harness.coordinator
-            described = coordinator.describe_group(GROUP)
-            assert described is None or (described.state.value, described.members) == ("Empty", ())
-            replayed = GroupCoordinator(logs, config, harness.now)
-            assert replayed.describe_group(GROUP) == described
-            fetched = coordinator.fetch_offsets(GROUP, None, require_stable=True)
-            assert replayed.fetch_offsets(GROUP, None, require_stable=True) == fetched
-        finally:
-            logs.close()
+    coordinator = harness.coordinator
+    described = coordinator.describe_group(GROUP)
+    assert described is None or (described.state.value, described.members) == ("Empty", ())
+    replayed = GroupCoordinator(log, {PARTITION}.__contains__, config, harness.now)
+    assert replayed.describe_group(GROUP) == described
+    fetched = coordinator.fetch_offsets(GROUP, None, require_stable=True)
+    assert replayed.fetch_offsets(GROUP, None, require_stable=True) == fetched

@@ -192,7 +192,7 @@ def test_retention_uses_each_topic_config(manager: LogManager) -> None:
     assert big.log_start_offset == 0
 
 
-def test_flush_all_checkpoints_what_is_durable_and_a_crash_recovers_the_rest(tmp_path: Path) -> None:
+def test_a_checkpoint_after_a_flush_and_a_crash_recovers_the_rest(tmp_path: Path) -> None:
     # A real process that dies without closing anything, as after SIGKILL.
     script = textwrap.dedent(
         f"""
@@ -208,7 +208,8 @@ def test_flush_all_checkpoints_what_is_durable_and_a_crash_recovers_the_rest(tmp
         log = manager.get("t", 0)
         for _ in range(20):
             append(log, make_batch(2, value_size=30))
-        manager.flush_all()
+        log.flush()
+        manager.write_recovery_checkpoint()
         for _ in range(5):
             append(log, make_batch(2, value_size=30))
         os._exit(0)

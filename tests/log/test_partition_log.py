@@ -143,7 +143,7 @@ def test_retention_by_bytes_deletes_whole_oldest_segments_but_never_the_active_o
     assert read_all(log)[0].base_offset == log.log_start_offset
     assert read_all(log)[-1].last_offset == 39
 
-    log.reconfigure(log.config.__class__(segment_bytes=300, retention_bytes=0, retention_ms=-1))
+    log.config = log.config.__class__(segment_bytes=300, retention_bytes=0, retention_ms=-1)
     log.apply_retention(now_ms=0)
     assert len(segment_files(tmp_path)) == 1
     assert log.log_start_offset == int(segment_files(tmp_path)[0].stem)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,30 @@ def test_retention_forgets_aborts_in_deleted_segments(tmp_path: Path) -> None:
     log.apply_retention(now_ms=0)
     assert log.log_start_offset > 2
     assert _aborted(log) == []
+
+
+def test_an_abort_appended_while_the_transaction_index_syncs_is_durable_after_the_next_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsync thread syncs `.txnindex` while the event loop appends another ABORT: that
+    entry must leave the index dirty, so that the next flush fsyncs it."""
+    log = open_log(tmp_path)
+    _txn(log, 1, 0)
+    _marker(log, 1, commit=False)
+    real_fsync = os.fsync
+    synced_entries: list[int] = []  # the entries on disk at each fsync of the index
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        if not os.readlink(f"/proc/self/fd/{fd}").endswith(".txnindex"):
+            return
+        synced_entries.append(len(log.aborted_transactions(0, 10**9)))
+        if len(synced_entries) == 1:  # during the first sync, as the event loop would
+            _txn(log, 2, 0)
+            _marker(log, 2, commit=False)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    log.flush()
+    assert synced_entries == [1]
+    log.flush()
+    assert synced_entries == [1, 2]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -12,41 +11,45 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from kio.schema.errors import ErrorCode
 
-from onceflow.coordinator.transaction import MAX_EPOCH, TransactionCoordinator, TxnState
-from onceflow.log.config import LogConfig
-from onceflow.log.manager import LogManager
+from onceflow.coordinator.transaction import MAX_EPOCH, InitResult, TransactionCoordinator, TxnState
+from tests.memory_coordinator_log import MemoryLog, MemoryPartitions, finish
 
 TIMEOUT_MS = 60_000
 MAX_TIMEOUT_MS = 900_000
 
 
 class Harness:
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    """The coordinator on a log in memory, with partitions data-0 and data-1."""
+
+    def __init__(self) -> None:
         self.ids = itertools.count(1000)
-        self.logs = LogManager(directory, LogConfig(), 0)
-        self.logs.create_topic("data", 2, {})
+        self.log = MemoryLog()
+        self.partitions = MemoryPartitions([("data", 0), ("data", 1)])
         self.coordinator = self._coordinator()
 
     def _coordinator(self) -> TransactionCoordinator:
-        return TransactionCoordinator(self.logs, lambda: next(self.ids), MAX_TIMEOUT_MS, 7 * 86_400_000)
+        return TransactionCoordinator(
+            self.log, self.partitions, lambda: next(self.ids), MAX_TIMEOUT_MS, 7 * 86_400_000
+        )
 
     def restart(self) -> None:
-        """Close everything without a clean shutdown and replay the log."""
-        self.logs.close()
-        self.logs = LogManager(self.directory, LogConfig(), 0)
+        """A new coordinator replays the log."""
         self.coordinator = self._coordinator()
 
 
 @pytest.fixture
-def harness(tmp_path: Path) -> Iterator[Harness]:
-    running = Harness(tmp_path)
-    yield running
-    running.logs.close()
+def harness() -> Harness:
+    return Harness()
 
 
-def _init(harness: Harness, tid: str = "t", pid: int = -1, epoch: int = -1, now: int = 0):  # type: ignore[no-untyped-def]
-    return harness.coordinator.init_producer_id(tid, TIMEOUT_MS, pid, epoch, now)
+def _init(harness: Harness, tid: str = "t", pid: int = -1, epoch: int = -1, now: int = 0) -> InitResult:
+    return harness.coordinator.init_producer_id(tid, TIMEOUT_MS, pid, epoch, now).reply
+
+
+def _end(coordinator: TransactionCoordinator, *args: Any) -> tuple[ErrorCode, bool]:
+    """EndTxn's error, and whether it started phase two."""
+    reply = coordinator.end_transaction(*args)
+    return reply.reply, reply.completions == (args[0],)
 
 
 def test_a_new_id_gets_a_producer_id_at_epoch_zero_and_each_init_fences_the_last(harness: Harness) -> None:
@@ -54,13 +57,13 @@ def test_a_new_id_gets_a_producer_id_at_epoch_zero_and_each_init_fences_the_last
     assert (first.error, first.producer_epoch) == (ErrorCode.none, 0)
     second = _init(harness)
     assert (second.producer_id, second.producer_epoch) == (first.producer_id, 1)
-    assert harness.coordinator.add_partitions("t", first.producer_id, 0, [("data", 0)], 1) == {
+    assert harness.coordinator.add_partitions("t", first.producer_id, 0, [("data", 0)], 1).reply == {
         ("data", 0): ErrorCode.producer_fenced
     }
 
 
 def test_timeouts_above_the_maximum_are_refused(harness: Harness) -> None:
-    result = harness.coordinator.init_producer_id("t", MAX_TIMEOUT_MS + 1, -1, -1, 0)
+    result = harness.coordinator.init_producer_id("t", MAX_TIMEOUT_MS + 1, -1, -1, 0).reply
     assert result.error == ErrorCode.invalid_transaction_timeout
     assert "t" not in harness.coordinator.transactions
 
@@ -87,26 +90,25 @@ def test_add_partitions_errors(harness: Harness) -> None:
     session = _init(harness)
     pid = session.producer_id
     coordinator = harness.coordinator
-    assert coordinator.add_partitions("unknown", pid, 0, [("data", 0)], 1)[("data", 0)] == (
+    assert coordinator.add_partitions("unknown", pid, 0, [("data", 0)], 1).reply[("data", 0)] == (
         ErrorCode.invalid_producer_id_mapping
     )
-    assert coordinator.add_partitions("t", pid + 1, 0, [("data", 0)], 1)[("data", 0)] == (
+    assert coordinator.add_partitions("t", pid + 1, 0, [("data", 0)], 1).reply[("data", 0)] == (
         ErrorCode.invalid_producer_id_mapping
     )
-    assert coordinator.add_partitions("t", pid, 0, [("data", 0), ("nope", 0)], 1) == {
+    assert coordinator.add_partitions("t", pid, 0, [("data", 0), ("nope", 0)], 1).reply == {
         ("data", 0): ErrorCode.operation_not_attempted,
         ("nope", 0): ErrorCode.unknown_topic_or_partition,
     }
-    end = harness.logs.get("__transaction_state", 0)
-    assert end is not None
+    end = harness.log
     before = end.log_end_offset
-    assert coordinator.add_partitions("t", pid, 0, [("data", 0)], 1) == {("data", 0): ErrorCode.none}
+    assert coordinator.add_partitions("t", pid, 0, [("data", 0)], 1).reply == {("data", 0): ErrorCode.none}
     assert end.log_end_offset == before + 1
-    assert coordinator.add_partitions("t", pid, 0, [("data", 0)], 2) == {("data", 0): ErrorCode.none}
+    assert coordinator.add_partitions("t", pid, 0, [("data", 0)], 2).reply == {("data", 0): ErrorCode.none}
     assert end.log_end_offset == before + 1, "a partition already in the transaction needs no write"
-    assert coordinator.end_transaction("t", pid, 0, True, 3) == (ErrorCode.none, True)
+    assert _end(coordinator, "t", pid, 0, True, 3) == (ErrorCode.none, True)
     assert (
-        coordinator.add_partitions("t", pid, 0, [("data", 1)], 4)[("data", 1)]
+        coordinator.add_partitions("t", pid, 0, [("data", 1)], 4).reply[("data", 1)]
         == ErrorCode.concurrent_transactions
     )
 
@@ -114,25 +116,25 @@ def test_add_partitions_errors(harness: Harness) -> None:
 def test_end_transaction_rules(harness: Harness) -> None:
     pid = _init(harness).producer_id
     coordinator = harness.coordinator
-    assert coordinator.end_transaction("t", pid, 0, True, 1) == (ErrorCode.invalid_txn_state, False)  # Empty
+    assert _end(coordinator, "t", pid, 0, True, 1) == (ErrorCode.invalid_txn_state, False)  # Empty
     coordinator.add_partitions("t", pid, 0, [("data", 0)], 1)
-    assert coordinator.end_transaction("t", pid, 1, True, 2) == (ErrorCode.producer_fenced, False)
-    assert coordinator.end_transaction("t", pid, 0, True, 2) == (ErrorCode.none, True)
-    assert coordinator.end_transaction("t", pid, 0, True, 3) == (ErrorCode.concurrent_transactions, False)
+    assert _end(coordinator, "t", pid, 1, True, 2) == (ErrorCode.producer_fenced, False)
+    assert _end(coordinator, "t", pid, 0, True, 2) == (ErrorCode.none, True)
+    assert _end(coordinator, "t", pid, 0, True, 3) == (ErrorCode.concurrent_transactions, False)
     assert _init(harness).error == ErrorCode.concurrent_transactions
-    coordinator.complete("t", 4)
-    assert coordinator.end_transaction("t", pid, 0, True, 5) == (ErrorCode.none, False)  # a retry
-    assert coordinator.end_transaction("t", pid, 0, False, 5) == (ErrorCode.invalid_txn_state, False)
+    finish(coordinator, "t", 4)
+    assert _end(coordinator, "t", pid, 0, True, 5) == (ErrorCode.none, False)  # a retry
+    assert _end(coordinator, "t", pid, 0, False, 5) == (ErrorCode.invalid_txn_state, False)
 
 
 def test_init_during_an_open_transaction_fences_and_aborts_it(harness: Harness) -> None:
     pid = _init(harness).producer_id
     harness.coordinator.add_partitions("t", pid, 0, [("data", 0)], 1)
-    result = _init(harness)
-    assert (result.error, result.fenced) == (ErrorCode.concurrent_transactions, "t")
+    reply = harness.coordinator.init_producer_id("t", TIMEOUT_MS, -1, -1, 0)
+    assert (reply.reply.error, reply.completions) == (ErrorCode.concurrent_transactions, ("t",))
     metadata = harness.coordinator.transactions["t"]
     assert (metadata.state, metadata.producer_epoch) == (TxnState.PREPARE_ABORT, 1)
-    harness.coordinator.complete("t", 2)
+    finish(harness.coordinator, "t", 2)
     retried = _init(harness)
     assert (retried.error, retried.producer_epoch) == (ErrorCode.none, 2)
 
@@ -140,8 +142,8 @@ def test_init_during_an_open_transaction_fences_and_aborts_it(harness: Harness) 
 def test_timed_out_transactions_are_fenced_and_aborted(harness: Harness) -> None:
     pid = _init(harness).producer_id
     harness.coordinator.add_partitions("t", pid, 0, [("data", 0)], 1_000)
-    assert harness.coordinator.abort_timed_out(1_000 + TIMEOUT_MS) == []
-    assert harness.coordinator.abort_timed_out(1_001 + TIMEOUT_MS) == ["t"]
+    assert harness.coordinator.abort_timed_out(1_000 + TIMEOUT_MS).reply == []
+    assert harness.coordinator.abort_timed_out(1_001 + TIMEOUT_MS).reply == ["t"]
     assert harness.coordinator.transactions["t"].producer_epoch == 1
     assert (
         harness.coordinator.check_transactional_produce(pid, 0, ("data", 0))
@@ -197,15 +199,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        import tempfile
-
-        self.harness = Harness(Path(tempfile.mkdtemp()))
+        self.harness = Harness()
         self.now = 0
         self.sessions: dict[str, tuple[int, int]] = {}
         self.seen: dict[str, tuple[TxnState, int]] = {}
-
-    def teardown(self) -> None:
-        self.harness.logs.close()
 
     def _tick(self) -> int:
         self.now += 10
@@ -213,7 +210,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     @rule(tid=st.sampled_from(["a", "b"]))
     def init(self, tid: str) -> None:
-        result = self.harness.coordinator.init_producer_id(tid, TIMEOUT_MS, -1, -1, self._tick())
+        result = self.harness.coordinator.init_producer_id(tid, TIMEOUT_MS, -1, -1, self._tick()).reply
         if result.error == ErrorCode.none:
             self.sessions[tid] = (result.producer_id, result.producer_epoch)
 
@@ -234,7 +231,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule()
     def finish_markers(self) -> None:
         for tid in self.harness.coordinator.pending_completions():
-            self.harness.coordinator.complete(tid, self._tick())
+            finish(self.harness.coordinator, tid, self._tick())
 
     @rule()
     def time_passes(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from onceflow.apis.common import Request, for_version, once_durable
+from onceflow.apis.common import Request, for_version, once_settled
 from onceflow.broker.core import now_ms
 
 API_KEY = 25
@@ -15,10 +15,11 @@ FIRST_VERSION_WITH_PRODUCER_FENCED = 2
 
 def handle(request: Request) -> Any:
     body = request.body
-    code = request.broker.transactions.add_offsets(
+    reply = request.broker.transactions.add_offsets(
         body.transactional_id, body.producer_id, body.producer_epoch, body.group_id, now_ms()
     )
     answer = request.respond(
-        throttle_time=0, error_code=for_version(code, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED)
+        throttle_time=0,
+        error_code=for_version(reply.reply, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED),
     )
-    return once_durable(request, [request.broker.transactions.log], answer)
+    return once_settled(request, reply, answer)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from onceflow.apis.common import Request, for_version, once_durable
+from onceflow.apis.common import Request, for_version, once_settled
 from onceflow.broker.core import now_ms
 
 API_KEY = 24
@@ -21,7 +21,7 @@ FIRST_VERSION_WITH_PRODUCER_FENCED = 2
 def handle(request: Request) -> Any:
     body = request.body
     wanted = [(topic.name, partition) for topic in body.v3_and_below_topics for partition in topic.partitions]
-    results = request.broker.transactions.add_partitions(
+    reply = request.broker.transactions.add_partitions(
         body.v3_and_below_transactional_id,
         body.v3_and_below_producer_id,
         body.v3_and_below_producer_epoch,
@@ -29,7 +29,7 @@ def handle(request: Request) -> Any:
         now_ms(),
     )
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for (topic, partition), code in results.items():
+    for (topic, partition), code in reply.reply.items():
         by_topic[topic].append(
             {
                 "partition_index": partition,
@@ -44,4 +44,4 @@ def handle(request: Request) -> Any:
             {"name": topic, "results_by_partition": partitions} for topic, partitions in by_topic.items()
         ],
     )
-    return once_durable(request, [request.broker.transactions.log], answer)
+    return once_settled(request, reply, answer)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.core import Broker
-from onceflow.log.log import PartitionLog
+from onceflow.coordinator.runtime import DurableLog
+from onceflow.coordinator.transaction import TxnReply
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import response_type
 
@@ -61,9 +62,20 @@ def is_internal(topic: str) -> bool:
     return topic.startswith("__")
 
 
-async def once_durable(request: Request, logs: Iterable[PartitionLog], answer: Any) -> Any:
+async def once_durable(request: Request, logs: Iterable[DurableLog], answer: Any) -> Any:
     """The answer, once everything written to `logs` so far is fsynced."""
     await request.broker.wait_durable(logs)
+    return answer
+
+
+def once_settled(request: Request, reply: TxnReply[Any], answer: Any) -> Awaitable[Any]:
+    """The answer to a transaction coordinator's `reply`, once the broker did what the reply
+    asks (started phase two now, waited for durability and, for EndTxn, for phase two)."""
+    return _after(request.broker.settle(reply), answer)
+
+
+async def _after(settled: Awaitable[None], answer: Any) -> Any:
+    await settled
     return answer
 
 

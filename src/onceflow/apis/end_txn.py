@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from onceflow.apis.common import Request, for_version
+from onceflow.apis.common import Request, for_version, once_settled
 from onceflow.broker.core import now_ms
 
 API_KEY = 26
@@ -19,17 +19,11 @@ FIRST_VERSION_WITH_PRODUCER_FENCED = 2
 
 def handle(request: Request) -> Any:
     body = request.body
-    code, write_markers = request.broker.transactions.end_transaction(
+    reply = request.broker.transactions.end_transaction(
         body.transactional_id, body.producer_id, body.producer_epoch, body.committed, now_ms()
     )
     answer = request.respond(
-        throttle_time=0, error_code=for_version(code, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED)
+        throttle_time=0,
+        error_code=for_version(reply.reply, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED),
     )
-    if not write_markers:
-        return answer
-    return _after_markers(request, answer)
-
-
-async def _after_markers(request: Request, answer: Any) -> Any:
-    await request.broker.complete_transaction(request.body.transactional_id)
-    return answer
+    return once_settled(request, reply, answer)

@@ -11,7 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, for_version, once_durable
+from onceflow.apis.common import Request, for_version, once_settled
 from onceflow.broker.core import now_ms
 
 API_KEY = 22
@@ -28,22 +28,21 @@ def handle(request: Request) -> Any:
     broker = request.broker
     if transactional_id is None:
         return _answer(request, ErrorCode.none, broker.producer_ids.allocate(), 0)
-    result = broker.transactions.init_producer_id(
+    reply = broker.transactions.init_producer_id(
         transactional_id,
         int(body.transaction_timeout.total_seconds() * 1000),
         getattr(body, "producer_id", -1),
         getattr(body, "producer_epoch", -1),
         now_ms(),
     )
-    if result.fenced is not None:
-        broker.complete_transaction(result.fenced)
+    result = reply.reply
     answer = _answer(
         request,
         for_version(result.error, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED),
         result.producer_id,
         result.producer_epoch,
     )
-    return once_durable(request, [broker.transactions.log], answer)
+    return once_settled(request, reply, answer)
 
 
 def _answer(request: Request, code: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> Any:

@@ -14,17 +14,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from onceflow.broker.config import BrokerConfig
-from onceflow.broker.markers import write_markers
+from onceflow.broker.markers import BrokerTransactionPartitions
 from onceflow.broker.metrics import Metrics, PrometheusMetrics
 from onceflow.broker.producer_ids import ProducerIdAllocator
-from onceflow.coordinator.group import GroupConfig, GroupCoordinator
-from onceflow.coordinator.transaction import TransactionCoordinator
+from onceflow.coordinator.group import (
+    CONSUMER_OFFSETS_CONFIG,
+    CONSUMER_OFFSETS_TOPIC,
+    GroupConfig,
+    GroupCoordinator,
+)
+from onceflow.coordinator.runtime import DurableLog, PartitionCoordinatorLog
+from onceflow.coordinator.transaction import (
+    TRANSACTION_LOG,
+    TRANSACTION_LOG_CONFIG,
+    TransactionCoordinator,
+    TxnReply,
+)
 from onceflow.log.log import PartitionLog
 from onceflow.log.manager import LogManager
 
@@ -51,26 +63,31 @@ class Broker:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(data_dir, config.log_config, now_ms())
         self.producer_ids = ProducerIdAllocator(data_dir)
+        # One timer at the groups' next deadline, so that sessions and rebalances time out on time.
+        self._group_timer: asyncio.TimerHandle | None = None
+        self._group_timer_at_ms: int | None = None
+        self.groups = GroupCoordinator(
+            PartitionCoordinatorLog.open(self.logs, CONSUMER_OFFSETS_TOPIC, CONSUMER_OFFSETS_CONFIG),
+            lambda partition: self.logs.get(*partition) is not None,
+            GroupConfig.from_kafka(config.props),
+            now_ms(),
+            self._schedule_group_timer,
+        )
         self.transactions = TransactionCoordinator(
-            self.logs,
+            PartitionCoordinatorLog.open(self.logs, TRANSACTION_LOG, TRANSACTION_LOG_CONFIG),
+            BrokerTransactionPartitions(self.logs, self.groups),
             self.producer_ids.allocate,
             config.get_int("transaction.max.timeout.ms"),
             config.get_int("transactional.id.expiration.ms"),
         )
         self._completions: dict[str, asyncio.Task[None]] = {}
-        # One timer at the groups' next deadline, so that sessions and rebalances time out on time.
-        self._group_timer: asyncio.TimerHandle | None = None
-        self._group_timer_at_ms: int | None = None
-        self.groups = GroupCoordinator(
-            self.logs, GroupConfig.from_kafka(config.props), now_ms(), self._schedule_group_timer
-        )
         self.metrics = PrometheusMetrics(self.logs, self.transactions, self.groups) if metrics else Metrics()
         self.node_id = config.get_int("node.id")
         self.cluster_id = config.get("cluster.id")
         self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
         self._fetch_waiters: set[asyncio.Future[None]] = set()
-        self._durability_waiters: list[tuple[list[tuple[PartitionLog, int]], asyncio.Future[None]]] = []
-        self._dirty: set[PartitionLog] = set()
+        self._durability_waiters: list[tuple[list[tuple[DurableLog, int]], asyncio.Future[None]]] = []
+        self._dirty: set[DurableLog] = set()
         self._flush_requested = asyncio.Event()
         # Flush rounds run one after another, and everything appended during a round shares
         # the next one (group commit). Within a round the partitions are fsynced in parallel:
@@ -110,11 +127,24 @@ class Broker:
         self._fsync_threads.shutdown(wait=True)
 
     # -- transactions ----------------------------------------------------------
+    def settle(self, reply: TxnReply[Any]) -> Awaitable[None]:
+        """Do what a transaction coordinator's reply asks: start the phase two it names now;
+        the awaitable ends when the client may have the reply."""
+        completions = [self.complete_transaction(transactional_id) for transactional_id in reply.completions]
+        return self._settled(reply.durable, completions if reply.answer_after_completion else [])
+
+    async def _settled(self, durable: tuple[DurableLog, ...], completions: list[asyncio.Task[None]]) -> None:
+        await self.wait_durable(durable)
+        for completion in completions:
+            await completion
+
     def complete_transaction(self, transactional_id: str) -> asyncio.Task[None]:
-        """Write the markers of a prepared transaction, then Complete* (once per transaction)."""
+        """Phase two of a prepared transaction, once per transaction at a time."""
         task = self._completions.get(transactional_id)
         if task is None or task.done():
-            task = asyncio.create_task(write_markers(self, transactional_id, now_ms()))
+            task = asyncio.create_task(
+                self._until_durable(self.transactions.complete(transactional_id, now_ms()))
+            )
             self._completions[transactional_id] = task
             task.add_done_callback(lambda done: self._completion_done(transactional_id, done))
         return task
@@ -127,6 +157,12 @@ class Broker:
                 transactional_id,
                 exc_info=task.exception(),
             )
+
+    async def _until_durable(self, steps: Iterator[tuple[DurableLog, ...]]) -> None:
+        """Run a coordinator's steps, each once the logs the one before named are durable."""
+        for logs in steps:
+            self.appended(logs)
+            await self.wait_durable(logs)
 
     async def _transaction_sweep(self) -> None:
         """Abort transactions past their timeout (fencing their producer), finish prepared ones
@@ -163,13 +199,13 @@ class Broker:
             self._schedule_group_timer(next_at_ms)
 
     # -- appends and durability ------------------------------------------------
-    def appended(self, logs: Iterable[PartitionLog]) -> None:
+    def appended(self, logs: Iterable[DurableLog]) -> None:
         """Record new data. It becomes visible to fetches once fsynced; a waiting fetch asks for that now."""
         self._dirty.update(logs)
         if self._fetch_waiters:
             self._flush_requested.set()
 
-    async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
+    async def wait_durable(self, logs: Iterable[DurableLog]) -> None:
         """Return once everything appended so far to `logs` is fsynced."""
         targets = [(partition, partition.log_end_offset) for partition in logs]
         unflushed = [partition for partition, end in targets if partition.flushed_offset < end]
@@ -221,7 +257,7 @@ class Broker:
             if still_waiting:
                 self._flush_requested.set()
 
-    def _flush(self, partition: PartitionLog) -> None:
+    def _flush(self, partition: DurableLog) -> None:
         """On an fsync thread: one partition's flush, timed as Kafka's LogFlushRateAndTimeMs."""
         started = time.perf_counter()
         partition.flush()

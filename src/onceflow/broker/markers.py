@@ -1,51 +1,40 @@
-"""Phase two of a transaction: the markers, then Complete*.
+"""The broker's side of a transaction (`TransactionPartitions`): which data partitions exist,
+the COMMIT and ABORT markers on them, and the group offsets the transaction staged.
 
-Runs on the event loop. Each step waits for the previous one to be durable, so a crash
-at any point leaves a state that the restart finishes in the decided direction: Prepare*
-is in the transaction log before any marker, and Complete* only after every marker and
-every transactional offset is fsynced.
+The transaction coordinator decides when each is written (phase two, `complete`); this only
+does the appending.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
-from onceflow import failpoints
-from onceflow.coordinator.transaction import TxnState
+from onceflow.coordinator.group import GroupCoordinator
+from onceflow.coordinator.runtime import DurableLog
+from onceflow.coordinator.transaction import TopicPartition
 from onceflow.log.batch import encode_control_batch, validate_batches
-from onceflow.log.log import PartitionLog
-
-if TYPE_CHECKING:
-    from onceflow.broker.core import Broker
+from onceflow.log.manager import LogManager
 
 COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
 
 
-async def write_markers(broker: Broker, transactional_id: str, now_ms: int) -> None:
-    coordinator = broker.transactions
-    metadata = coordinator.transactions[transactional_id]
-    commit = metadata.state == TxnState.PREPARE_COMMIT
-    await broker.wait_durable([coordinator.log])
-    failpoints.reach("txn.after-prepare")
+class BrokerTransactionPartitions:
+    def __init__(self, logs: LogManager, groups: GroupCoordinator) -> None:
+        self._logs = logs
+        self._groups = groups
 
-    written: list[PartitionLog] = []
-    for topic, partition in sorted(metadata.partitions):
-        partition_log = broker.logs.get(topic, partition)
+    def has_partition(self, partition: TopicPartition) -> bool:
+        return self._logs.get(*partition) is not None
+
+    def write_marker(
+        self, partition: TopicPartition, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+    ) -> DurableLog | None:
+        partition_log = self._logs.get(*partition)
         if partition_log is None:
-            continue  # deleted meanwhile: nothing left to mark
-        marker = encode_control_batch(
-            metadata.producer_id, metadata.producer_epoch, commit, COORDINATOR_EPOCH, now_ms
-        )
-        # A failure (LogError) ends this attempt; Broker logs it and the sweep tries again.
+            return None
+        marker = encode_control_batch(producer_id, producer_epoch, commit, COORDINATOR_EPOCH, now_ms)
         partition_log.append(marker, validate_batches(marker), now_ms)
-        written.append(partition_log)
-        if len(written) == 1 and failpoints.armed("txn.between-markers"):
-            partition_log.flush()  # so the crash really comes between a durable marker and the rest
-            failpoints.reach("txn.between-markers")
-    written += broker.groups.complete_transaction(metadata.producer_id, commit, now_ms)
-    broker.appended(written)
-    await broker.wait_durable(written)
-    failpoints.reach("txn.before-complete")
+        return partition_log
 
-    coordinator.complete(transactional_id, now_ms)
-    await broker.wait_durable([coordinator.log])
+    def complete_offsets(self, producer_id: int, commit: bool, now_ms: int) -> Sequence[DurableLog]:
+        return self._groups.complete_transaction(producer_id, commit, now_ms)

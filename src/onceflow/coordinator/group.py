@@ -11,10 +11,15 @@ arrives: each leaves a callback that the coordinator calls exactly once, at the 
 rebalance, session or sync timeout passes. Callbacks must not call back into the coordinator.
 
 Every change (offsets, staged transactional offsets and their outcome, the group after each
-completed rebalance, deletions) is appended to the internal topic `__consumer_offsets`, and
-callers answer only once `log` is durable. Start-up replays that log: offsets, staged
-offsets and the members of each group's last generation come back; those members must
-heartbeat or rejoin within their session timeout, as after a Kafka coordinator failover.
+completed rebalance, deletions) is appended to the internal topic `__consumer_offsets` through
+the coordinator runtime before it takes effect (write, then apply): offsets, transaction
+outcomes and deletions are applied by the same `_apply` that replays them, and a rebalance
+makes a group Stable only once its assignment is written. A failed append changes nothing and
+the client gets NOT_COORDINATOR. Membership between rebalances is not logged, as in Kafka's
+classic protocol. Callers answer only once `log` is durable. Start-up replays that log:
+offsets, staged offsets and the members of each group's last generation come back; those
+members must heartbeat or rejoin within their session timeout, as after a Kafka coordinator
+failover.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from onceflow.coordinator.group_metadata import (
     SyncCallback,
     SyncResult,
     TopicPartition,
+    select_protocol,
 )
 from onceflow.coordinator.group_records import (
     CoordinatorRecord,
@@ -48,23 +54,21 @@ from onceflow.coordinator.group_records import (
     GroupStored,
     OffsetCommitted,
     OffsetStaged,
-    RecordFormatError,
     StoredMember,
     TransactionCompleted,
     decode,
     encode,
 )
-from onceflow.log.batch import CorruptRecordError, decode_records, encode_batch, parse_batch_header
+from onceflow.coordinator.runtime import CoordinatorLog, CoordinatorRuntime, DurableLog
 from onceflow.log.errors import LogError
-from onceflow.log.log import PartitionLog
-from onceflow.log.manager import LogManager
 
 _log = logging.getLogger(__name__)
 
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+# Kept forever: without compaction, the whole log is the state.
+CONSUMER_OFFSETS_CONFIG = {"retention.ms": "-1"}
 # A new member cannot heartbeat while its first JoinGroup waits; Kafka bounds that wait so.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
-_REPLAY_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -167,25 +171,34 @@ class GroupListing(NamedTuple):
 class GroupCoordinator:
     def __init__(
         self,
-        logs: LogManager,
+        log: CoordinatorLog,
+        has_partition: Callable[[TopicPartition], bool],
         config: GroupConfig,
         now_ms: int,
         on_earlier_deadline: Callable[[int], None] = lambda _at_ms: None,
     ) -> None:
-        """Open `__consumer_offsets` (created on first start) and replay it.
+        """Replay `log` (`__consumer_offsets`); `has_partition` tells which partitions exist.
 
         `on_earlier_deadline(at_ms)` is called when a timeout earlier than every pending one is
         set, so that the owner can call `tick` on time; it must not call into the coordinator."""
         self.config = config
         self._on_earlier_deadline = on_earlier_deadline
-        self._logs = logs
-        self.log = _open_log(logs)
+        self._has_partition = has_partition
+        self._runtime = CoordinatorRuntime(log, encode, decode, self._apply)
         self._groups: dict[str, Group] = {}
         self._groups_by_producer: dict[int, set[str]] = {}  # producers with staged offsets
         # (deadline, tie-breaker, group id): the group looks at its own deadlines when woken.
         self._timers: list[tuple[int, int, str]] = []
         self._timer_sequence = itertools.count()
-        self._replay(now_ms)
+        self._runtime.replay()
+        # Replayed members get a full session to heartbeat or rejoin.
+        for group in self._groups.values():
+            for member in group.members.values():
+                self._touch(group, member, now_ms)
+
+    @property
+    def log(self) -> DurableLog:
+        return self._runtime.durable_log
 
     # -- membership ---------------------------------------------------------------------------
 
@@ -353,15 +366,14 @@ class GroupCoordinator:
         self._forget_if_unused(group)
         return results
 
-    def complete_transaction(self, producer_id: int, commit: bool, now_ms: int) -> list[PartitionLog]:
+    def complete_transaction(self, producer_id: int, commit: bool, now_ms: int) -> list[DurableLog]:
         """Make visible (commit) or drop (abort) every offset `producer_id` staged, in every
         group. Returns the logs to pass to `Broker.appended` and wait on with
         `Broker.wait_durable` before the outcome counts; empty when nothing was staged.
         Raises LogError when the outcome cannot be written; nothing changed then, so retry."""
         if producer_id not in self._groups_by_producer:
             return []
-        record = TransactionCompleted(producer_id, commit)
-        self._apply(record, self._write([record], now_ms))
+        self._runtime.write([TransactionCompleted(producer_id, commit)], now_ms)
         return [self.log]
 
     def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
@@ -441,18 +453,15 @@ class GroupCoordinator:
                 results[group_id] = ErrorCode.none
         doomed = [group_id for group_id, error in results.items() if error is ErrorCode.none]
         if doomed:
-            records = [GroupDeleted(group_id) for group_id in doomed]
             try:
-                base_offset = self._write(records, now_ms)
+                self._runtime.write([GroupDeleted(group_id) for group_id in doomed], now_ms)
             except LogError as failure:
                 return results | dict.fromkeys(doomed, _coordinator_error(failure))
-            for index, record in enumerate(records):
-                self._apply(record, base_offset + index)
         return results
 
     # -- timers -------------------------------------------------------------------------------
 
-    def tick(self, now_ms: int) -> list[PartitionLog]:
+    def tick(self, now_ms: int) -> list[DurableLog]:
         """Act on every timeout that has passed: expired sessions, rebalance and sync
         timeouts, the initial rebalance delay. Returns the logs it appended to."""
         end = self.log.log_end_offset
@@ -594,17 +603,23 @@ class GroupCoordinator:
         its old assignment through SyncGroup."""
         assert join.group_instance_id is not None
         leader_id = group.leader_id
-        member = self._replace_static_member(group, join.group_instance_id, previous_id, member_id)
-        previous = (member.protocols, member.session_timeout_ms, member.rebalance_timeout_ms)
-        _update_member(member, join.protocols, join.session_timeout_ms, join.rebalance_timeout_ms)
-        self._touch(group, member, now_ms)
-        if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
-            error = self._store_group(group, now_ms)
+        protocols_after = [
+            join.protocols if member.member_id == previous_id else member.protocols
+            for member in group.members.values()
+        ]
+        keeps_assignment = (
+            group.state is GroupState.STABLE and select_protocol(protocols_after) == group.protocol_name
+        )
+        if keeps_assignment:
+            # Written before it takes effect: a failed write leaves the old incarnation in place.
+            error = self._store_group(group, now_ms, replacing=(previous_id, member_id, join))
             if error is not None:
-                self._replace_static_member(group, join.group_instance_id, member_id, previous_id)
-                _update_member(member, *previous)
                 respond(JoinResult(error, ""))
                 return
+        member = self._replace_static_member(group, join.group_instance_id, previous_id, member_id)
+        _update_member(member, join.protocols, join.session_timeout_ms, join.rebalance_timeout_ms)
+        self._touch(group, member, now_ms)
+        if keeps_assignment:
             # The old leader id: the rejoined member must not think it leads (and reassign
             # partitions that a Stable group would not hand out).
             respond(self._join_result(group, member, as_leader=False, leader_id=leader_id))
@@ -802,7 +817,7 @@ class GroupCoordinator:
         errors: dict[TopicPartition, ErrorCode] = {}
         valid: dict[TopicPartition, OffsetAndMetadata] = {}
         for partition, offset in offsets.items():
-            if self._logs.get(*partition) is None:
+            if not self._has_partition(partition):
                 errors[partition] = ErrorCode.unknown_topic_or_partition
             elif len(offset.metadata.encode()) > self.config.offset_metadata_max_bytes:
                 errors[partition] = ErrorCode.offset_metadata_too_large
@@ -816,50 +831,63 @@ class GroupCoordinator:
         if not records:
             return {}
         try:
-            base_offset = self._write(records, now_ms)
+            self._runtime.write(records, now_ms)
         except LogError as failure:
             return {record.partition: _coordinator_error(failure) for record in records}
-        for index, record in enumerate(records):
-            self._apply(record, base_offset + index)
         return {record.partition: ErrorCode.none for record in records}
 
     def _store_group(
-        self, group: Group, now_ms: int, assignments: Mapping[str, bytes] | None = None
+        self,
+        group: Group,
+        now_ms: int,
+        assignments: Mapping[str, bytes] | None = None,
+        replacing: tuple[str, str, JoinRequest] | None = None,
     ) -> ErrorCode | None:
-        """Write the group as it is (with these assignments); the error to answer on failure."""
+        """Write the group as it is, or as it is about to be: with these assignments, or with
+        the static member `replacing` = (old member id, new member id, its JoinGroup). The
+        caller applies the change only when this returns no error (the code to answer)."""
         protocol = group.protocol_name
-        members = tuple(
-            StoredMember(
-                member.member_id,
-                member.group_instance_id,
-                member.client_id,
-                member.client_host,
-                member.session_timeout_ms,
-                member.rebalance_timeout_ms,
-                member.metadata(protocol) if protocol is not None else b"",
-                member.assignment if assignments is None else assignments[member.member_id],
-            )
-            for member in group.members.values()
+        members = []
+        # The replaced member goes last, where `_replace_static_member` puts it.
+        in_order = sorted(
+            group.members.values(), key=lambda m: replacing is not None and m.member_id == replacing[0]
         )
+        for member in in_order:
+            member_id, protocols = member.member_id, member.protocols
+            session_timeout_ms, rebalance_timeout_ms = member.session_timeout_ms, member.rebalance_timeout_ms
+            if replacing is not None and member_id == replacing[0]:
+                _, member_id, join = replacing
+                protocols = join.protocols
+                session_timeout_ms, rebalance_timeout_ms = join.session_timeout_ms, join.rebalance_timeout_ms
+            members.append(
+                StoredMember(
+                    member_id,
+                    member.group_instance_id,
+                    member.client_id,
+                    member.client_host,
+                    session_timeout_ms,
+                    rebalance_timeout_ms,
+                    next(p.metadata for p in protocols if p.name == protocol)
+                    if protocol is not None
+                    else b"",
+                    member.assignment if assignments is None else assignments[member.member_id],
+                )
+            )
         record = GroupStored(
             group.group_id,
             group.generation_id,
             group.protocol_type,
             protocol,
-            group.leader_id,
-            members,
+            replacing[1] if replacing is not None and group.leader_id == replacing[0] else group.leader_id,
+            tuple(members),
         )
         try:
-            self._write([record], now_ms)
+            # Only appended: the live group already has what `_load_group` would rebuild from it,
+            # plus what is not logged (callbacks, deadlines).
+            self._runtime.append([record], now_ms)
         except LogError as failure:
             return _coordinator_error(failure)
         return None
-
-    def _write(self, records: Sequence[CoordinatorRecord], now_ms: int) -> int:
-        """Append the records as one batch; returns the offset of the first."""
-        encoded: list[tuple[bytes | None, bytes | None]] = [encode(record) for record in records]
-        batch = encode_batch(encoded, now_ms)
-        return self.log.append(batch, [parse_batch_header(batch)], now_ms).base_offset
 
     def _apply(self, record: CoordinatorRecord, log_offset: int) -> None:
         """Apply an offset, transaction or deletion record, written now or replayed."""
@@ -916,40 +944,6 @@ class GroupCoordinator:
             )
         group.leader_id = record.leader_id if group.members else None
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
-
-    def _replay(self, now_ms: int) -> None:
-        offset = self.log.log_start_offset
-        while offset < self.log.log_end_offset:
-            data = self.log.read(offset, _REPLAY_CHUNK_BYTES)
-            if not data:
-                break
-            position = 0
-            while position < len(data):
-                header = parse_batch_header(data, position)
-                batch = data[position : position + header.size]
-                position += header.size
-                offset = header.last_offset + 1
-                try:
-                    for stored in decode_records(batch):
-                        self._apply(decode(stored.key, stored.value), stored.offset)
-                except (CorruptRecordError, RecordFormatError) as error:
-                    _log.warning(
-                        "skipping a batch of %s at %d: %s", CONSUMER_OFFSETS_TOPIC, header.base_offset, error
-                    )
-        # Replayed members get a full session to heartbeat or rejoin.
-        for group in self._groups.values():
-            for member in group.members.values():
-                self._touch(group, member, now_ms)
-
-
-def _open_log(logs: LogManager) -> PartitionLog:
-    log = logs.get(CONSUMER_OFFSETS_TOPIC, 0)
-    if log is None:
-        # Kept forever: without compaction, the whole log is the state.
-        logs.create_topic(CONSUMER_OFFSETS_TOPIC, 1, {"retention.ms": "-1"})
-        log = logs.get(CONSUMER_OFFSETS_TOPIC, 0)
-        assert log is not None
-    return log
 
 
 def _commit_error(

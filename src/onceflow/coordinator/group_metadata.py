@@ -7,7 +7,7 @@ member, and the selected protocol is the most preferred one among those all memb
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
@@ -188,15 +188,7 @@ class Group:
         )
 
     def select_protocol(self) -> str:
-        """Each member votes for its most preferred protocol among those every member supports."""
-        members = list(self.members.values())
-        candidates = [
-            p.name for p in members[0].protocols if all(p.name in _names(m.protocols) for m in members)
-        ]
-        votes = dict.fromkeys(candidates, 0)
-        for member in members:
-            votes[next(p.name for p in member.protocols if p.name in votes)] += 1
-        return max(candidates, key=lambda name: votes[name])
+        return select_protocol([member.protocols for member in self.members.values()])
 
     def leader_view(self) -> tuple[LeaderView, ...]:
         assert self.protocol_name is not None
@@ -209,6 +201,19 @@ class Group:
 
     def has_pending_offset(self, partition: TopicPartition) -> bool:
         return any(partition in staged for staged in self.pending_offsets.values())
+
+
+def select_protocol(member_protocols: Sequence[tuple[Protocol, ...]]) -> str:
+    """Each member votes for its most preferred protocol among those every member supports."""
+    candidates = [
+        p.name
+        for p in member_protocols[0]
+        if all(p.name in _names(protocols) for protocols in member_protocols)
+    ]
+    votes = dict.fromkeys(candidates, 0)
+    for protocols in member_protocols:
+        votes[next(p.name for p in protocols if p.name in votes)] += 1
+    return max(candidates, key=lambda name: votes[name])
 
 
 def _names(protocols: tuple[Protocol, ...]) -> set[str]:

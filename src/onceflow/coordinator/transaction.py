@@ -1,9 +1,15 @@
 """The transaction coordinator: a state machine replayed from its own log.
 
-Every transition is appended to `__transaction_state` before it is acted on (the caller
-waits for that append to be durable before answering or writing markers), and a restart
-replays the log: the last record of a transactional id is its state. A transaction left
-in Prepare* by a crash is completed after the restart (`pending_completions`).
+Write, then apply (`runtime`): every transition is a record appended to `__transaction_state`
+first and applied to memory only once the append succeeded, so a failed append (a full disk)
+changes nothing and the client gets NOT_COORDINATOR and retries. The broker answers once the
+record is durable. A restart replays the log: the last record of a transactional id is its
+state.
+
+Phase two (`complete`) belongs here too: Prepare* durable, a marker on every partition and the
+group's offsets settled, durable, then Complete*. The coordinator does not wait itself: it
+yields what must be durable before the next step and the broker does the waiting. A
+transaction left in Prepare* by a crash is completed after the restart (`pending_completions`).
 
 States and transitions follow docs/design.md#transaction-states (Kafka's transaction
 protocol v1). Fencing an open transaction (InitProducerId while Ongoing, or a timeout) bumps
@@ -15,19 +21,32 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.log.batch import decode_records, encode_batch, validate_batches
-from onceflow.log.log import PartitionLog
-from onceflow.log.manager import LogManager
+from onceflow import failpoints
+from onceflow.coordinator.runtime import (
+    CoordinatorLog,
+    CoordinatorResult,
+    CoordinatorRuntime,
+    DurableLog,
+    KeyValue,
+    append_error,
+)
+from onceflow.log.errors import LogError
+
+_log = logging.getLogger(__name__)
 
 TRANSACTION_LOG = "__transaction_state"
+TRANSACTION_LOG_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 # An epoch is an int16; Kafka issues a new producer id before the epoch would reach the top.
 MAX_EPOCH = 32766
-_REPLAY_CHUNK = 1 << 20
+
+T = TypeVar("T")
 
 TopicPartition = tuple[str, int]
 
@@ -101,128 +120,197 @@ class TransactionMetadata:
         )
 
 
+class TxnLogRecord(NamedTuple):
+    """One record of `__transaction_state`: the new state of a transactional id, or its
+    tombstone (None) when the id expired."""
+
+    transactional_id: str
+    metadata: TransactionMetadata | None
+
+
+def _encode(record: TxnLogRecord) -> KeyValue:
+    value = None if record.metadata is None else record.metadata.encode()
+    return record.transactional_id.encode(), value
+
+
+def _decode(key: bytes | None, value: bytes | None) -> TxnLogRecord:
+    if key is None:
+        raise ValueError("a transaction log record without a key")
+    transactional_id = key.decode()
+    return TxnLogRecord(
+        transactional_id, None if value is None else TransactionMetadata.decode(transactional_id, value)
+    )
+
+
 @dataclass(frozen=True)
 class InitResult:
     error: ErrorCode
     producer_id: int = -1
     producer_epoch: int = -1
-    # Set when the call fenced an open transaction whose markers must now be written.
-    fenced: str | None = None
+
+
+@dataclass(frozen=True)
+class TxnReply(Generic[T]):
+    """An operation's reply and what the broker must do before giving it."""
+
+    reply: T
+    # Answer once everything appended to these so far is durable: the reply may rest on a
+    # write that is not (a retry of a request whose first answer was lost, say).
+    durable: tuple[DurableLog, ...] = ()
+    # Prepared transactions whose phase two (`complete`) must start now.
+    completions: tuple[str, ...] = ()
+    # EndTxn answers only after phase two, so a producer's next transaction never meets
+    # CONCURRENT_TRANSACTIONS from its own previous one.
+    answer_after_completion: bool = False
+
+
+class TransactionPartitions(Protocol):
+    """The broker's side of transactions: the data partitions and the group coordinator."""
+
+    def has_partition(self, partition: TopicPartition) -> bool: ...
+
+    def write_marker(
+        self, partition: TopicPartition, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+    ) -> DurableLog | None:
+        """Append a COMMIT or ABORT marker; the log to wait on, None when the partition is gone.
+        Raises LogError when the append fails."""
+        ...
+
+    def complete_offsets(self, producer_id: int, commit: bool, now_ms: int) -> Sequence[DurableLog]:
+        """Make visible or drop the offsets the producer staged; the logs to wait on."""
+        ...
 
 
 class TransactionCoordinator:
     def __init__(
         self,
-        logs: LogManager,
+        log: CoordinatorLog,
+        partitions: TransactionPartitions,
         allocate_producer_id: Callable[[], int],
         max_timeout_ms: int,
         id_expiration_ms: int,
     ) -> None:
-        self._logs = logs
+        self._partitions = partitions
         self._allocate_producer_id = allocate_producer_id
         self.max_timeout_ms = max_timeout_ms
         self.id_expiration_ms = id_expiration_ms
-        if TRANSACTION_LOG not in logs.topics:
-            logs.create_topic(TRANSACTION_LOG, 1, {"retention.ms": "-1", "retention.bytes": "-1"})
-        log = logs.get(TRANSACTION_LOG, 0)
-        assert log is not None
-        self.log: PartitionLog = log
+        # Changed only by `_apply`, from a record appended or replayed: never ahead of the log.
         self.transactions: dict[str, TransactionMetadata] = {}
         self._by_producer_id: dict[int, TransactionMetadata] = {}
-        self._replay()
+        self._runtime = CoordinatorRuntime(log, _encode, _decode, self._apply)
+        self._runtime.replay()
+
+    @property
+    def log(self) -> DurableLog:
+        return self._runtime.durable_log
 
     # -- the log ------------------------------------------------------------------------------
 
-    def _replay(self) -> None:
-        offset = self.log.log_start_offset
-        while batches := self.log.read(offset, _REPLAY_CHUNK):
-            position = 0
-            for header in validate_batches(batches):
-                for record in decode_records(batches[position : position + header.size]):
-                    assert record.key is not None
-                    transactional_id = record.key.decode()
-                    if record.value is None:
-                        self._forget(transactional_id)
-                    else:
-                        self._remember(TransactionMetadata.decode(transactional_id, record.value))
-                position += header.size
-                offset = header.last_offset + 1
-
-    def _write(self, metadata: TransactionMetadata, now_ms: int) -> None:
-        """Append the new state of a transaction; the caller waits for `self.log` to be durable."""
-        metadata.update_ms = now_ms
-        self._append(metadata.transactional_id, metadata.encode(), now_ms)
-        self._remember(metadata)
-
-    def _append(self, transactional_id: str, value: bytes | None, now_ms: int) -> None:
-        batch = encode_batch([(transactional_id.encode(), value)], now_ms)
-        self.log.append(batch, validate_batches(batch), now_ms)
-
-    def _remember(self, metadata: TransactionMetadata) -> None:
-        previous = self.transactions.get(metadata.transactional_id)
+    def _apply(self, record: TxnLogRecord, offset: int) -> None:
+        previous = self.transactions.pop(record.transactional_id, None)
         if previous is not None:
             self._by_producer_id.pop(previous.producer_id, None)
-        self.transactions[metadata.transactional_id] = metadata
-        self._by_producer_id[metadata.producer_id] = metadata
+        if record.metadata is not None:
+            self.transactions[record.transactional_id] = record.metadata
+            self._by_producer_id[record.metadata.producer_id] = record.metadata
 
-    def _forget(self, transactional_id: str) -> None:
-        metadata = self.transactions.pop(transactional_id, None)
-        if metadata is not None:
-            self._by_producer_id.pop(metadata.producer_id, None)
+    def _run(
+        self,
+        result: CoordinatorResult[TxnLogRecord, T],
+        failed: Callable[[ErrorCode], T],
+        now_ms: int,
+        completes: str | None = None,
+        answer_after_completion: bool = False,
+    ) -> TxnReply[T]:
+        """Write `result`'s records, then apply them; on a failed append nothing changed and
+        the reply is `failed(code)`."""
+        try:
+            self._runtime.write(result.records, now_ms)
+        except LogError as failure:
+            _log.warning("cannot append to %s: %s", TRANSACTION_LOG, failure)
+            return TxnReply(failed(append_error(failure)))
+        return TxnReply(
+            result.reply,
+            (self.log,),
+            (completes,) if completes is not None else (),
+            answer_after_completion,
+        )
+
+    @staticmethod
+    def _transition(metadata: TransactionMetadata, now_ms: int, **changes: Any) -> TxnLogRecord:
+        """The record of `metadata` with `changes`, for the runtime to append and then apply."""
+        changes.setdefault("partitions", set(metadata.partitions))
+        changes.setdefault("groups", set(metadata.groups))
+        return TxnLogRecord(metadata.transactional_id, replace(metadata, update_ms=now_ms, **changes))
 
     # -- InitProducerId -----------------------------------------------------------------------
 
     def init_producer_id(
         self, transactional_id: str, timeout_ms: int, producer_id: int, producer_epoch: int, now_ms: int
-    ) -> InitResult:
+    ) -> TxnReply[InitResult]:
+        """A new session; when one is open it is fenced and aborted (CONCURRENT_TRANSACTIONS:
+        the client retries once the abort completes)."""
         if not 0 < timeout_ms <= self.max_timeout_ms:
-            return InitResult(ErrorCode.invalid_transaction_timeout)
+            return self._refuse(InitResult(ErrorCode.invalid_transaction_timeout))
         metadata = self.transactions.get(transactional_id)
         if metadata is None:
-            metadata = TransactionMetadata(transactional_id, self._allocate_producer_id(), 0, timeout_ms)
-            self._write(metadata, now_ms)
-            return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+            created = TransactionMetadata(
+                transactional_id, self._allocate_producer_id(), 0, timeout_ms, update_ms=now_ms
+            )
+            result = CoordinatorResult(
+                [TxnLogRecord(transactional_id, created)], InitResult(ErrorCode.none, created.producer_id, 0)
+            )
+            return self._run(result, InitResult, now_ms)
         if metadata.state.is_prepared:
-            return InitResult(ErrorCode.concurrent_transactions)
+            return self._refuse(InitResult(ErrorCode.concurrent_transactions))
         if metadata.state == TxnState.ONGOING:
             # The old session may still be alive: fence it and abort what it left open.
-            self._fence_and_abort(metadata, now_ms)
-            return InitResult(ErrorCode.concurrent_transactions, fenced=transactional_id)
+            result = CoordinatorResult(
+                [self._fence_and_abort(metadata, now_ms)], InitResult(ErrorCode.concurrent_transactions)
+            )
+            return self._run(result, InitResult, now_ms, completes=transactional_id)
         if producer_id >= 0:
             # KIP-360: the caller names its session. The one just replaced is a retry of a bump
             # whose answer was lost; anything but that or the current one is a fenced zombie.
             caller = (producer_id, producer_epoch)
             if caller == (metadata.last_producer_id, metadata.last_producer_epoch):
-                return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+                return self._refuse(InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch))
             if caller != (metadata.producer_id, metadata.producer_epoch):
-                return InitResult(ErrorCode.producer_fenced)
-        self._bump_epoch(metadata)
-        metadata.timeout_ms = timeout_ms
-        metadata.state = TxnState.EMPTY
-        metadata.partitions.clear()
-        metadata.groups.clear()
-        metadata.start_ms = -1
-        self._write(metadata, now_ms)
-        return InitResult(ErrorCode.none, metadata.producer_id, metadata.producer_epoch)
+                return self._refuse(InitResult(ErrorCode.producer_fenced))
+        new_id, new_epoch = self._next_epoch(metadata)
+        record = self._transition(
+            metadata,
+            now_ms,
+            producer_id=new_id,
+            producer_epoch=new_epoch,
+            last_producer_id=metadata.producer_id,
+            last_producer_epoch=metadata.producer_epoch,
+            timeout_ms=timeout_ms,
+            state=TxnState.EMPTY,
+            partitions=set(),
+            groups=set(),
+            start_ms=-1,
+        )
+        return self._run(
+            CoordinatorResult([record], InitResult(ErrorCode.none, new_id, new_epoch)), InitResult, now_ms
+        )
 
-    def _bump_epoch(self, metadata: TransactionMetadata) -> None:
-        metadata.last_producer_id = metadata.producer_id
-        metadata.last_producer_epoch = metadata.producer_epoch
+    def _refuse(self, reply: T) -> TxnReply[T]:
+        """A reply that writes nothing; it still waits for the log, whose state it reports."""
+        return TxnReply(reply, (self.log,))
+
+    def _next_epoch(self, metadata: TransactionMetadata) -> tuple[int, int]:
         if metadata.producer_epoch >= MAX_EPOCH:
-            self._by_producer_id.pop(metadata.producer_id, None)
-            metadata.producer_id = self._allocate_producer_id()
-            metadata.producer_epoch = 0
-        else:
-            metadata.producer_epoch += 1
+            return self._allocate_producer_id(), 0
+        return metadata.producer_id, metadata.producer_epoch + 1
 
-    def _fence_and_abort(self, metadata: TransactionMetadata, now_ms: int) -> None:
+    def _fence_and_abort(self, metadata: TransactionMetadata, now_ms: int) -> TxnLogRecord:
         # The markers carry the bumped epoch, which fences the old one on every partition. The
         # bump is not a new session, so the last epoch keeps naming the one before it.
-        last = (metadata.last_producer_id, metadata.last_producer_epoch)
-        self._bump_epoch(metadata)
-        metadata.last_producer_id, metadata.last_producer_epoch = last
-        metadata.state = TxnState.PREPARE_ABORT
-        self._write(metadata, now_ms)
+        new_id, new_epoch = self._next_epoch(metadata)
+        return self._transition(
+            metadata, now_ms, producer_id=new_id, producer_epoch=new_epoch, state=TxnState.PREPARE_ABORT
+        )
 
     # -- the transaction ----------------------------------------------------------------------
 
@@ -243,82 +331,134 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
         now_ms: int,
-    ) -> dict[TopicPartition, ErrorCode]:
+    ) -> TxnReply[dict[TopicPartition, ErrorCode]]:
         wanted = list(partitions)
         error = self._check_session(transactional_id, producer_id, producer_epoch)
         if error == ErrorCode.none:
-            unknown = [tp for tp in wanted if self._logs.get(*tp) is None]
+            unknown = [tp for tp in wanted if not self._partitions.has_partition(tp)]
             if unknown:
-                return {
-                    tp: ErrorCode.unknown_topic_or_partition
-                    if tp in unknown
-                    else ErrorCode.operation_not_attempted
-                    for tp in wanted
-                }
+                return self._refuse(
+                    {
+                        tp: ErrorCode.unknown_topic_or_partition
+                        if tp in unknown
+                        else ErrorCode.operation_not_attempted
+                        for tp in wanted
+                    }
+                )
         if error != ErrorCode.none:
-            return dict.fromkeys(wanted, error)
+            return self._refuse(dict.fromkeys(wanted, error))
         metadata = self.transactions[transactional_id]
         if metadata.state == TxnState.ONGOING and metadata.partitions.issuperset(wanted):
-            return dict.fromkeys(wanted, ErrorCode.none)  # nothing new: no write
-        self._begin(metadata, now_ms)
-        metadata.partitions.update(wanted)
-        self._write(metadata, now_ms)
-        return dict.fromkeys(wanted, ErrorCode.none)
+            return self._refuse(dict.fromkeys(wanted, ErrorCode.none))  # nothing new: no write
+        record = self._begin(metadata, now_ms, partitions=set(wanted))
+        return self._run(
+            CoordinatorResult([record], dict.fromkeys(wanted, ErrorCode.none)),
+            lambda code: dict.fromkeys(wanted, code),
+            now_ms,
+        )
 
     def add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, now_ms: int
-    ) -> ErrorCode:
+    ) -> TxnReply[ErrorCode]:
         error = self._check_session(transactional_id, producer_id, producer_epoch)
         if error != ErrorCode.none:
-            return error
+            return self._refuse(error)
         metadata = self.transactions[transactional_id]
         if metadata.state == TxnState.ONGOING and group_id in metadata.groups:
-            return ErrorCode.none
-        self._begin(metadata, now_ms)
-        metadata.groups.add(group_id)
-        self._write(metadata, now_ms)
-        return ErrorCode.none
+            return self._refuse(ErrorCode.none)
+        record = self._begin(metadata, now_ms, groups={group_id})
+        return self._run(CoordinatorResult([record], ErrorCode.none), _same, now_ms)
 
-    @staticmethod
-    def _begin(metadata: TransactionMetadata, now_ms: int) -> None:
-        if metadata.state != TxnState.ONGOING:
-            metadata.state = TxnState.ONGOING
-            metadata.partitions.clear()
-            metadata.groups.clear()
-            metadata.start_ms = now_ms
+    def _begin(
+        self,
+        metadata: TransactionMetadata,
+        now_ms: int,
+        partitions: set[TopicPartition] | None = None,
+        groups: set[str] | None = None,
+    ) -> TxnLogRecord:
+        """Ongoing (starting a transaction if none is open), with more partitions or groups."""
+        if metadata.state == TxnState.ONGOING:
+            return self._transition(
+                metadata,
+                now_ms,
+                partitions=metadata.partitions | (partitions or set()),
+                groups=metadata.groups | (groups or set()),
+            )
+        return self._transition(
+            metadata,
+            now_ms,
+            state=TxnState.ONGOING,
+            partitions=partitions or set(),
+            groups=groups or set(),
+            start_ms=now_ms,
+        )
 
     def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
-    ) -> tuple[ErrorCode, bool]:
-        """(error, whether markers must now be written). A retry of a completed EndTxn is OK."""
+    ) -> TxnReply[ErrorCode]:
+        """EndTxn: Prepare*, then phase two. A retry of a completed EndTxn is OK."""
         metadata = self.transactions.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
-            return ErrorCode.invalid_producer_id_mapping, False
+            return self._refuse(ErrorCode.invalid_producer_id_mapping)
         if metadata.producer_epoch != producer_epoch:
-            return ErrorCode.producer_fenced, False
+            return self._refuse(ErrorCode.producer_fenced)
         wanted_prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         wanted_complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         if metadata.state == wanted_complete:
-            return ErrorCode.none, False
+            return self._refuse(ErrorCode.none)
         if metadata.state.is_prepared:
-            return ErrorCode.concurrent_transactions, False
+            return self._refuse(ErrorCode.concurrent_transactions)
         if metadata.state != TxnState.ONGOING:
-            return ErrorCode.invalid_txn_state, False
-        metadata.state = wanted_prepare
-        self._write(metadata, now_ms)
-        return ErrorCode.none, True
+            return self._refuse(ErrorCode.invalid_txn_state)
+        record = self._transition(metadata, now_ms, state=wanted_prepare)
+        return self._run(
+            CoordinatorResult([record], ErrorCode.none),
+            _same,
+            now_ms,
+            completes=transactional_id,
+            answer_after_completion=True,
+        )
 
-    def complete(self, transactional_id: str, now_ms: int) -> None:
-        """Record that every marker of the prepared transaction is durable."""
+    # -- phase two ----------------------------------------------------------------------------
+
+    def complete(self, transactional_id: str, now_ms: int) -> Iterator[tuple[DurableLog, ...]]:
+        """Phase two of a prepared transaction, as steps: after each `yield` the caller resumes
+        once the logs yielded are durable. Prepare* durable, then a marker on every partition
+        and the group offsets settled, all durable, then Complete*, durable. A crash anywhere
+        leaves Prepare* in the log, and the restart finishes in the decided direction. Raises
+        LogError when an append fails: the transaction stays prepared, and a later call
+        starts over."""
         metadata = self.transactions[transactional_id]
         assert metadata.state.is_prepared, metadata.state
-        metadata.state = (
-            TxnState.COMPLETE_COMMIT if metadata.state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
+        commit = metadata.state == TxnState.PREPARE_COMMIT
+        yield (self.log,)
+        failpoints.reach("txn.after-prepare")
+
+        written: list[DurableLog] = []
+        for partition in sorted(metadata.partitions):
+            marked = self._partitions.write_marker(
+                partition, metadata.producer_id, metadata.producer_epoch, commit, now_ms
+            )
+            if marked is None:
+                continue  # deleted meanwhile: nothing left to mark
+            written.append(marked)
+            if len(written) == 1 and failpoints.armed("txn.between-markers"):
+                yield (marked,)  # so the crash really comes between a durable marker and the rest
+                failpoints.reach("txn.between-markers")
+        written += self._partitions.complete_offsets(metadata.producer_id, commit, now_ms)
+        yield tuple(written)
+        failpoints.reach("txn.before-complete")
+
+        record = self._transition(
+            metadata,
+            now_ms,
+            state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+            partitions=set(),
+            groups=set(),
+            start_ms=-1,
         )
-        metadata.partitions.clear()
-        metadata.groups.clear()
-        metadata.start_ms = -1
-        self._write(metadata, now_ms)
+        self._runtime.write([record], now_ms)
+        yield (self.log,)
 
     def pending_completions(self) -> list[str]:
         """Prepared transactions whose markers may not all be written (after a restart)."""
@@ -326,36 +466,33 @@ class TransactionCoordinator:
 
     # -- timeouts and expiry ------------------------------------------------------------------
 
-    def abort_timed_out(self, now_ms: int) -> list[str]:
-        """Fence and abort every Ongoing transaction older than its timeout; returns their ids."""
+    def abort_timed_out(self, now_ms: int) -> TxnReply[list[str]]:
+        """Fence and abort every Ongoing transaction older than its timeout; replies with their
+        ids. One that cannot be written stays Ongoing, for the next sweep."""
         timed_out = [
             metadata
             for metadata in self.transactions.values()
             if metadata.state == TxnState.ONGOING and now_ms - metadata.start_ms > metadata.timeout_ms
         ]
+        aborted = []
         for metadata in timed_out:
-            self._fence_and_abort(metadata, now_ms)
-        return [metadata.transactional_id for metadata in timed_out]
-
-    def abort(self, transactional_id: str, now_ms: int) -> bool:
-        """An operator's abort of an open transaction (fencing its producer); False if none is open."""
-        metadata = self.transactions.get(transactional_id)
-        if metadata is None or metadata.state != TxnState.ONGOING:
-            return False
-        self._fence_and_abort(metadata, now_ms)
-        return True
+            reply = self._run(
+                CoordinatorResult([self._fence_and_abort(metadata, now_ms)], True), _not_aborted, now_ms
+            )
+            if reply.reply:
+                aborted.append(metadata.transactional_id)
+        return TxnReply(aborted, (self.log,), tuple(aborted))
 
     def expire_idle_ids(self, now_ms: int) -> int:
-        """transactional.id.expiration.ms: forget ids idle that long with no open transaction."""
+        """transactional.id.expiration.ms: forget ids idle that long with no open transaction.
+        Returns how many were forgotten."""
         idle = [
-            tid
+            TxnLogRecord(tid, None)
             for tid, metadata in self.transactions.items()
             if metadata.state.is_complete and now_ms - metadata.update_ms > self.id_expiration_ms
         ]
-        for tid in idle:
-            self._append(tid, None, now_ms)
-            self._forget(tid)
-        return len(idle)
+        reply = self._run(CoordinatorResult(idle, len(idle)), lambda _: 0, now_ms)
+        return reply.reply
 
     # -- questions from other parts of the broker ---------------------------------------------
 
@@ -382,3 +519,11 @@ class TransactionCoordinator:
         if metadata.state != TxnState.ONGOING or group_id not in metadata.groups:
             return ErrorCode.invalid_txn_state
         return ErrorCode.none
+
+
+def _same(code: ErrorCode) -> ErrorCode:
+    return code
+
+
+def _not_aborted(_: ErrorCode) -> bool:
+    return False

@@ -114,9 +114,6 @@ class PartitionLog:
         data = self.producer_state.encode_snapshot()
         return lambda: write_snapshot(self.directory, offset, data)
 
-    def reconfigure(self, config: LogConfig) -> None:
-        self.config = config
-
     # -- writing ------------------------------------------------------------------------------
 
     def append(self, records: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendResult:

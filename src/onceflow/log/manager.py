@@ -243,13 +243,6 @@ class LogManager:
         for (topic, partition), log in list(self._logs.items()):
             yield topic, partition, log
 
-    def flush_all(self) -> None:
-        """fsync every partition and record the recovery points. Safe to run on a worker
-        thread while appends go on."""
-        for log in list(self._logs.values()):
-            log.flush()
-        self.write_recovery_checkpoint()
-
     def apply_retention(self, now_ms: int) -> None:
         for log in list(self._logs.values()):
             log.apply_retention(now_ms)

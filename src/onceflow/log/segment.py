@@ -252,8 +252,14 @@ class TransactionIndex:
 
     def sync(self) -> None:
         if self._fd is not None and self.dirty:
-            os.fsync(self._fd)
+            # Cleared before the fsync: an entry the event loop appends while it runs must
+            # leave the index dirty for the next sync.
             self.dirty = False
+            try:
+                os.fsync(self._fd)
+            except BaseException:
+                self.dirty = True
+                raise
 
     def close(self) -> None:
         if self._fd is not None:
