@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import socket
 import struct
@@ -16,8 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.faults.broker_process import BrokerProcess
 from onceflow.fuzz.campaign import load_regressions
-from onceflow.protocol.codec import request_type
-from tests.protocol.entities import encode
+from tests.protocol.malformed import malformed_frames
 from tests.wire import WireClient
 
 REGRESSIONS = Path(__file__).parent / "regressions"
@@ -75,37 +73,11 @@ def test_a_saved_frame_is_refused_and_the_broker_keeps_serving(broker: BrokerPro
     assert "Traceback" not in broker.log_path.read_text()
 
 
-def _malformed_frames() -> dict[str, bytes]:
-    """One frame per kind of malformation the issue names, each built from a valid request."""
-    offset_commit = request_type(8, 2)
-    commit = encode(
-        offset_commit(
-            group_id="g",
-            generation_id_or_member_epoch=1,
-            member_id="m",
-            retention_time=datetime.timedelta(0),
-            topics=(),
-        )
-    )
-    metadata = request_type(3, 4)
-    empty_metadata = encode(metadata(topics=(), allow_auto_topic_creation=False))
-    topics_at = len(empty_metadata) - 5  # the topics count, then the auto-creation flag
-    api_versions = encode(request_type(18, 3)(client_software_name="a", client_software_version="1"))
-    return {
-        "null-non-nullable-array": commit[:-4] + b"\xff\xff\xff\xff",
-        "negative-count": empty_metadata[:topics_at] + b"\xff\xff\xff\xfe" + empty_metadata[topics_at + 4 :],
-        "nested-length-past-frame": empty_metadata[:topics_at]
-        + b"\x00\x00\x00\x01\x00\x40t"
-        + empty_metadata[topics_at + 4 :],
-        "unknown-tagged-field": api_versions[:-1] + bytes([1, 7, 3, 1, 2, 3]),
-    }
-
-
-@pytest.mark.parametrize("kind", list(_malformed_frames()))
+@pytest.mark.parametrize("kind", list(malformed_frames()))
 def test_a_malformed_request_closes_its_connection_and_nothing_else(broker: BrokerProcess, kind: str) -> None:
     before = _fingerprint(broker.data_dir)
     with WireClient(broker.address) as bystander:
-        assert _send(broker.address, _malformed_frames()[kind]) == "closed"
+        assert _send(broker.address, malformed_frames()[kind]) == "closed"
         response = bystander.request(18, 3, client_software_name="probe", client_software_version="1")
         assert response.error_code == ErrorCode.none
     assert _fingerprint(broker.data_dir) == before

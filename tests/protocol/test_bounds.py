@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from hypothesis import strategies as st
 from onceflow.protocol.bounds import FrameBoundsError, check_frame, int_fields, walk_frame
 from onceflow.protocol.codec import MalformedRequestError, decode_request
 from tests.protocol.entities import encode, entities, supported_request_types
+from tests.protocol.malformed import malformed_frames
 
 REQUEST_TYPES = supported_request_types()
 # The frames of issue 15: each made kio's native reader abort the whole broker process.
@@ -63,31 +63,18 @@ def test_the_frames_that_killed_the_broker_are_refused_before_decoding(frame: by
         decode_request(frame)
 
 
-def test_a_null_where_the_schema_has_no_null_is_refused() -> None:
-    # OffsetCommit v2 with its topics array null: the handler would iterate None.
-    body_class = next(c for c in REQUEST_TYPES if c.__api_key__ == 8 and c.__version__ == 2)
-    frame = encode(
-        body_class(
-            group_id="g",
-            generation_id_or_member_epoch=1,
-            member_id="m",
-            retention_time=datetime.timedelta(0),
-            topics=(),
-        )
-    )
-    assert frame.endswith(b"\x00\x00\x00\x00")  # an empty legacy array
-    with pytest.raises(MalformedRequestError, match="array length -1"):
-        decode_request(frame[:-4] + b"\xff\xff\xff\xff")
-
-
-def test_a_negative_length_is_refused() -> None:
-    body_class = next(c for c in REQUEST_TYPES if c.__api_key__ == 3 and c.__version__ == 4)
-    frame = encode(body_class(topics=(), allow_auto_topic_creation=False))
-    # The topics count is the four bytes after the header; -2 is never a valid count.
-    header_end = _walk(frame, body_class) - 4 - 1
-    mutated = frame[:header_end] + b"\xff\xff\xff\xfe" + frame[header_end + 4 :]
-    with pytest.raises(MalformedRequestError, match="array length -2"):
-        decode_request(mutated)
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [
+        ("null-non-nullable-array", "array length -1"),
+        ("negative-count", "array length -2"),
+        ("nested-length-past-frame", "64 bytes needed"),
+        ("unknown-tagged-field", "Unknown tagged field"),
+    ],
+)
+def test_each_malformation_is_refused_with_what_is_wrong(kind: str, error: str) -> None:
+    with pytest.raises(MalformedRequestError, match=error):
+        decode_request(malformed_frames()[kind])
 
 
 def test_int_fields_names_every_fixed_width_integer_of_the_frame() -> None:
