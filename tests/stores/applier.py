@@ -37,6 +37,7 @@ def total(batch_ids: list[int], accounts: int = 5) -> dict[str, int]:
 def concurrent(target: str, query_id: str, go_file: str, batches: int) -> None:
     """Applies batches 0..batches-1 in order, starting when GO_FILE appears; prints those it applied."""
     with open_store(target) as store:
+        print("opened", flush=True)
         while not Path(go_file).exists():
             time.sleep(0.005)
         applied = [

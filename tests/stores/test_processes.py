@@ -25,7 +25,8 @@ def test_two_processes_racing_through_the_same_batches_apply_each_once(target: s
     go = tmp_path / "go"
     batches = 40
     racers = [applier("concurrent", target, QUERY, str(go), str(batches)) for _ in range(2)]
-    time.sleep(1)  # both open the store (and race to create its tables) before the start
+    for racer in racers:  # both have opened the store, racing to create its tables, before the start
+        assert racer.stdout is not None and racer.stdout.readline() == "opened\n"
     go.touch()
     applied = []
     for racer in racers:

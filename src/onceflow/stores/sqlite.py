@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -32,6 +33,7 @@ class SQLiteStore(BatchStore):
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 60.0) -> None:
         super().__init__(str(path))
+        self._busy_timeout_s = busy_timeout_s
         try:
             self._conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
         except sqlite3.Error as error:
@@ -44,7 +46,7 @@ class SQLiteStore(BatchStore):
 
     def _prepare(self) -> None:
         try:
-            (mode,) = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            mode = self._enter_wal_mode()
             # FULL syncs the WAL at every commit: a commit the caller saw survives a power cut.
             self._conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as error:
@@ -54,6 +56,19 @@ class SQLiteStore(BatchStore):
         with self._transaction() as tx:
             for statement in SCHEMA:
                 tx.execute(statement)
+
+    def _enter_wal_mode(self) -> str:
+        """Switching to WAL needs the database to itself, and SQLite answers SQLITE_BUSY at once,
+        without its busy handler, when another process is opening the same new file: retry."""
+        deadline = time.monotonic() + self._busy_timeout_s
+        while True:
+            try:
+                (mode,) = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()
+                return str(mode)
+            except sqlite3.OperationalError as error:
+                if error.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def close(self) -> None:
         self._conn.close()
