@@ -231,10 +231,11 @@ def alter_config(args: argparse.Namespace) -> Report:
 
 
 def delete_records_before(args: argparse.Namespace) -> Report:
+    # The wire client's Metadata does not create the topic, as confluent-kafka's would.
+    with Cluster(args.bootstrap, args.timeout) as cluster:
+        every = [p.partition for p in cluster.partitions([args.topic])]  # AdminError when unknown
+    partitions = list(dict.fromkeys(args.partition)) or every
     admin = confluent.connect(args.bootstrap, args.timeout)
-    partitions = list(dict.fromkeys(args.partition)) or list(
-        range(confluent.partition_count(admin, args.topic, args.timeout))
-    )
     wanted = [TopicPartition(args.topic, partition, args.before) for partition in partitions]
     futures = admin.delete_records(wanted, request_timeout=args.timeout, operation_timeout=args.timeout)
     rows = []
