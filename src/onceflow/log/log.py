@@ -361,8 +361,7 @@ class PartitionLog:
         if not doomed:
             return 0
         self._delete_oldest_segments(doomed)
-        # DeleteRecords may have moved the start past the new first segment's base.
-        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self.log_start_offset = self._segments[0].base_offset
         self._aborted = [entry for entry in self._aborted if entry.last_offset >= self.log_start_offset]
         return doomed
 
