@@ -125,3 +125,28 @@ def test_an_unknown_group_is_one_line_on_stderr(broker: EmbeddedBroker) -> None:
     result = onceflow("groups", "describe", "no-such-group", "--bootstrap", broker.bootstrap_servers)
     assert result.returncode == 1
     assert result.stderr == "onceflow groups describe: unknown group 'no-such-group'\n"
+
+
+def test_delete_offsets(broker: EmbeddedBroker) -> None:
+    committer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "pruned"})
+    committer.commit(offsets=[TopicPartition(TOPIC, 0, 4), TopicPartition(TOPIC, 1, 6)], asynchronous=False)
+    committer.close()
+
+    deleted = admin(broker, "groups", "delete-offsets", "pruned", "--topic", TOPIC, "--partition", "0")
+    assert f"deleted the offsets of 1 partition(s) of '{TOPIC}' in group 'pruned'" in deleted
+    offsets = {
+        row["partition"]: row["committed_offset"]
+        for row in admin_json(broker, "groups", "describe", "pruned")["offsets"]
+    }
+    assert offsets == {1: 6}
+
+    unknown = onceflow(
+        "groups", "delete-offsets", "nobody", "--topic", TOPIC, "--bootstrap", broker.bootstrap_servers
+    )
+    assert unknown.returncode == 1
+    assert unknown.stderr == "onceflow groups delete-offsets: group 'nobody': GROUP_ID_NOT_FOUND\n"
+    missing = onceflow(
+        "groups", "delete-offsets", "pruned", "--topic", "nope", "--bootstrap", broker.bootstrap_servers
+    )
+    assert missing.returncode == 1
+    assert missing.stderr == "onceflow groups delete-offsets: unknown topic 'nope'\n"

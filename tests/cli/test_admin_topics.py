@@ -90,3 +90,56 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
     result = onceflow(*args)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_alter_config_and_delete_records(broker: EmbeddedBroker) -> None:
+    admin(broker, "topics", "create", "tuned", "--partitions", "2", "--config", "retention.ms=3600000")
+    altered = admin_json(
+        broker,
+        "topics",
+        "alter-config",
+        "tuned",
+        "--set",
+        "max.message.bytes=5000",
+        "--delete",
+        "retention.ms",
+    )
+    assert altered == {"topic": "tuned", "configs": {"max.message.bytes": "5000"}}
+    refused = onceflow(
+        "topics",
+        "alter-config",
+        "tuned",
+        "--set",
+        "retention.ms=soon",
+        "--bootstrap",
+        broker.bootstrap_servers,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("onceflow topics alter-config: cannot alter the configs of 'tuned': ")
+    assert "retention.ms" in refused.stderr
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all"})
+    for index in range(8):
+        producer.produce("tuned", f"r{index}".encode(), partition=0)
+    assert producer.flush(10) == 0
+    trimmed = admin_json(broker, "topics", "delete-records", "tuned", "--partition", "0", "--before", "5")
+    assert trimmed == [{"topic": "tuned", "partition": 0, "low_watermark": 5}]
+    beyond = onceflow(
+        "topics",
+        "delete-records",
+        "tuned",
+        "--partition",
+        "0",
+        "--before",
+        "99",
+        "--bootstrap",
+        broker.bootstrap_servers,
+    )
+    assert beyond.returncode == 1
+    assert beyond.stderr.count("\n") == 1
+    assert "Offset out of range" in beyond.stderr
+    unknown = onceflow(
+        "topics", "delete-records", "nope", "--before", "1", "--bootstrap", broker.bootstrap_servers
+    )
+    assert unknown.stderr == "onceflow topics delete-records: unknown topic 'nope'\n"

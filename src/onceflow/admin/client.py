@@ -1,11 +1,12 @@
 """A small synchronous Kafka wire client for the APIs confluent-kafka's AdminClient lacks.
 
-confluent-kafka has no binding for ListTransactions (66), DescribeTransactions (65) or
-DescribeProducers (61), so the transaction tools speak them directly: kio encodes the
+confluent-kafka has no binding for ListTransactions (66), DescribeTransactions (65),
+DescribeProducers (61) or OffsetDelete (47), so the tools speak them directly: kio encodes the
 requests and decodes the responses. Each connection asks ApiVersions first and uses the
 newest version both sides know, so the same code talks to onceflow and to Apache Kafka.
 Requests go where Kafka wants them: DescribeProducers to the partition leader,
-DescribeTransactions to the transaction coordinator, ListTransactions to every broker.
+DescribeTransactions to the transaction coordinator, OffsetDelete to the group coordinator,
+ListTransactions to every broker.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from onceflow.protocol.build import build
 
 _INT32 = struct.Struct(">i")
 _CLIENT_ID = "onceflow-admin"
-_TRANSACTION_COORDINATOR = 1  # FindCoordinator key type
+_GROUP_COORDINATOR, _TRANSACTION_COORDINATOR = 0, 1  # FindCoordinator key types
 # Coordinator errors that clear up by themselves, e.g. while Kafka creates __transaction_state.
 _RETRIABLE = {
     ErrorCode.coordinator_not_available,
@@ -53,6 +54,7 @@ API_VERSIONS = Api(18, "ApiVersions", 0, 0)
 METADATA = Api(3, "Metadata", 4, 12)
 # v4 changed FindCoordinator to batches; v1-3 all look the same.
 FIND_COORDINATOR = Api(10, "FindCoordinator", 1, 3)
+OFFSET_DELETE = Api(47, "OffsetDelete", 0, 0)
 DESCRIBE_PRODUCERS = Api(61, "DescribeProducers", 0, 0)
 DESCRIBE_TRANSACTIONS = Api(65, "DescribeTransactions", 0, 0)
 LIST_TRANSACTIONS = Api(66, "ListTransactions", 0, 1)
@@ -324,19 +326,42 @@ class Cluster:
                     ]
         return producers
 
+    def delete_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """OffsetDelete: each partition's error; AdminError for the group's."""
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, partition in partitions:
+            by_topic[topic].append(partition)
+        coordinator = self._broker(self._coordinator(group_id, _GROUP_COORDINATOR))
+        response = coordinator.call(
+            OFFSET_DELETE,
+            group_id=group_id,
+            topics=[
+                {"name": topic, "partitions": [{"partition_index": p} for p in wanted]}
+                for topic, wanted in by_topic.items()
+            ],
+        )
+        if response.error_code != ErrorCode.none:
+            raise AdminError(f"group {group_id!r}: {error_name(response.error_code)}")
+        return {
+            (topic.name, int(partition.partition_index)): partition.error_code
+            for topic in response.topics
+            for partition in topic.partitions
+        }
+
     def _transaction_coordinator(self, transactional_id: str) -> int:
+        return self._coordinator(transactional_id, _TRANSACTION_COORDINATOR)
+
+    def _coordinator(self, key: str, key_type: int) -> int:
         deadline = time.monotonic() + self._timeout_s
         while True:
-            response = self._bootstrap.call(
-                FIND_COORDINATOR, key=transactional_id, key_type=_TRANSACTION_COORDINATOR
-            )
+            response = self._bootstrap.call(FIND_COORDINATOR, key=key, key_type=key_type)
             if response.error_code == ErrorCode.none:
                 self._addresses[int(response.node_id)] = f"{response.host}:{response.port}"
                 return int(response.node_id)
             if response.error_code not in _RETRIABLE or time.monotonic() > deadline:
-                raise AdminError(
-                    f"cannot find the coordinator of {transactional_id!r}: {error_name(response.error_code)}"
-                )
+                raise AdminError(f"cannot find the coordinator of {key!r}: {error_name(response.error_code)}")
             time.sleep(0.2)
 
     def _broker(self, node_id: int) -> BrokerConnection:

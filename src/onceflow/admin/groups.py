@@ -1,4 +1,5 @@
-"""`onceflow groups list | describe | reset-offsets`, through confluent-kafka's AdminClient."""
+"""`onceflow groups list | describe | reset-offsets | delete-offsets`, through confluent-kafka's
+AdminClient."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
+from kio.schema.errors import ErrorCode
 
 from onceflow.admin import confluent
+from onceflow.admin.client import Cluster, error_name
 from onceflow.admin.errors import AdminError
 from onceflow.admin.render import Column, Report, Table
 
@@ -54,6 +57,16 @@ def register(commands: argparse._SubParsersAction[Any], common: argparse.Argumen
     )
     reset.add_argument("--dry-run", action="store_true", help="show the new offsets without committing them")
     reset.set_defaults(run=reset_offsets)
+
+    delete = actions.add_parser(
+        "delete-offsets", parents=[common], help="delete a group's committed offsets of a topic"
+    )
+    delete.add_argument("group")
+    delete.add_argument("--topic", required=True)
+    delete.add_argument(
+        "--partition", type=int, action="append", default=[], help="repeatable; default: every partition"
+    )
+    delete.set_defaults(run=delete_offsets)
 
 
 def _state_name(state: Enum | None) -> str:
@@ -236,4 +249,22 @@ def reset_offsets(args: argparse.Namespace) -> Report:
     )
     return Report(
         {"group": args.group, "dry_run": args.dry_run, "offsets": rows}, [Table(columns, rows)], [note]
+    )
+
+
+def delete_offsets(args: argparse.Namespace) -> Report:
+    # OffsetDelete through the wire client: confluent-kafka's Python AdminClient has no binding.
+    with Cluster(args.bootstrap, args.timeout) as cluster:
+        every = [p.partition for p in cluster.partitions([args.topic])]  # AdminError when unknown
+        partitions = list(dict.fromkeys(args.partition)) or every
+        errors = cluster.delete_offsets(args.group, [(args.topic, partition) for partition in partitions])
+    for (topic, partition), error in sorted(errors.items()):
+        if error != ErrorCode.none:
+            raise AdminError(f"cannot delete the offset of {topic}-{partition}: {error_name(error)}")
+    rows = [{"topic": args.topic, "partition": partition} for partition in partitions]
+    columns = (Column("topic", "topic"), Column("partition", "partition", justify="right"))
+    return Report(
+        {"group": args.group, "deleted": rows},
+        [Table(columns, rows)],
+        [f"deleted the offsets of {len(rows)} partition(s) of {args.topic!r} in group {args.group!r}"],
     )

@@ -1,4 +1,5 @@
-"""`onceflow topics list | create | describe | delete`, through confluent-kafka's AdminClient."""
+"""`onceflow topics list | create | describe | delete | alter-config | delete-records`, through
+confluent-kafka's AdminClient."""
 
 from __future__ import annotations
 
@@ -6,8 +7,15 @@ import argparse
 from collections import Counter
 from typing import Any
 
-from confluent_kafka import TopicCollection
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import TopicCollection, TopicPartition
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
 
 from onceflow.admin import confluent
 from onceflow.admin.client import Cluster
@@ -52,6 +60,28 @@ def register(commands: argparse._SubParsersAction[Any], common: argparse.Argumen
     delete.add_argument("topics", nargs="+", metavar="TOPIC")
     delete.set_defaults(run=delete_topics)
 
+    alter = actions.add_parser(
+        "alter-config", parents=[common], help="set or remove a topic's own configs (the others stay)"
+    )
+    alter.add_argument("topic")
+    alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    alter.add_argument(
+        "--delete", action="append", default=[], metavar="KEY", help="back to the default; repeatable"
+    )
+    alter.set_defaults(run=alter_config)
+
+    delete_records = actions.add_parser(
+        "delete-records", parents=[common], help="delete a partition's records below an offset"
+    )
+    delete_records.add_argument("topic")
+    delete_records.add_argument(
+        "--partition", type=int, action="append", default=[], help="repeatable; default: every partition"
+    )
+    delete_records.add_argument(
+        "--before", type=int, required=True, metavar="OFFSET", help="the new start offset; -1: the end"
+    )
+    delete_records.set_defaults(run=delete_records_before)
+
 
 def list_topics(args: argparse.Namespace) -> Report:
     # Metadata through the wire client: confluent-kafka's list_topics() does not say which are internal.
@@ -71,13 +101,18 @@ def list_topics(args: argparse.Namespace) -> Report:
     return Report(rows, [Table(columns, rows, empty="no topics")])
 
 
-def create_topic(args: argparse.Namespace) -> Report:
+def _assignments(option: str, assignments: list[str]) -> dict[str, str]:
     configs = {}
-    for assignment in args.config:
+    for assignment in assignments:
         key, separator, value = assignment.partition("=")
         if not separator or not key.strip():
-            raise UsageError(f"--config wants KEY=VALUE, got {assignment!r}")
+            raise UsageError(f"{option} wants KEY=VALUE, got {assignment!r}")
         configs[key.strip()] = value.strip()
+    return configs
+
+
+def create_topic(args: argparse.Namespace) -> Report:
+    configs = _assignments("--config", args.config)
     admin = confluent.connect(args.bootstrap, args.timeout)
     new_topic = NewTopic(
         args.topic,
@@ -147,3 +182,74 @@ def delete_topics(args: argparse.Namespace) -> Report:
     for name in names:
         confluent.wait(futures[name], f"delete topic {name!r}", args.timeout, topic=name)
     return Report({"deleted": names}, notes=[f"deleted topic {name!r}" for name in names])
+
+
+def alter_config(args: argparse.Namespace) -> Report:
+    changes = _assignments("--set", args.set)
+    if not changes and not args.delete:
+        raise UsageError("nothing to change: give --set KEY=VALUE or --delete KEY")
+    both = sorted(changes.keys() & set(args.delete))
+    if both:
+        raise UsageError(f"both set and deleted: {', '.join(both)}")
+    entries = [
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET) for key, value in changes.items()
+    ]
+    entries += [
+        ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+        for key in dict.fromkeys(args.delete)
+    ]
+    admin = confluent.connect(args.bootstrap, args.timeout)
+    resource = ConfigResource(ResourceType.TOPIC, args.topic, incremental_configs=entries)
+    futures = admin.incremental_alter_configs([resource], request_timeout=args.timeout)
+    confluent.wait(futures[resource], f"alter the configs of {args.topic!r}", args.timeout, topic=args.topic)
+    described = ConfigResource(ResourceType.TOPIC, args.topic)
+    configs = confluent.wait(
+        admin.describe_configs([described], request_timeout=args.timeout)[described],
+        f"describe the configs of {args.topic!r}",
+        args.timeout,
+        topic=args.topic,
+    )
+    own = {
+        name: entry.value
+        for name, entry in sorted(configs.items())
+        if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    }
+    rows = [{"key": key, "value": value} for key, value in own.items()]
+    columns = (Column("key", "key"), Column("value", "value"))
+    return Report(
+        {"topic": args.topic, "configs": own},
+        [
+            Table(
+                columns,
+                rows,
+                title=f"configs of {args.topic} (its own)",
+                empty="none: every key has its default",
+            )
+        ],
+        [f"altered the configs of {args.topic!r}"],
+    )
+
+
+def delete_records_before(args: argparse.Namespace) -> Report:
+    # The wire client's Metadata does not create the topic, as confluent-kafka's would.
+    with Cluster(args.bootstrap, args.timeout) as cluster:
+        every = [p.partition for p in cluster.partitions([args.topic])]  # AdminError when unknown
+    partitions = list(dict.fromkeys(args.partition)) or every
+    admin = confluent.connect(args.bootstrap, args.timeout)
+    wanted = [TopicPartition(args.topic, partition, args.before) for partition in partitions]
+    futures = admin.delete_records(wanted, request_timeout=args.timeout, operation_timeout=args.timeout)
+    rows = []
+    for key, future in futures.items():
+        deleted = confluent.wait(
+            future, f"delete records of {key.topic}-{key.partition}", args.timeout, topic=args.topic
+        )
+        rows.append({"topic": key.topic, "partition": key.partition, "low_watermark": deleted.low_watermark})
+    rows.sort(key=lambda row: row["partition"])
+    columns = (
+        Column("topic", "topic"),
+        Column("partition", "partition", justify="right"),
+        Column("low_watermark", "start offset", justify="right"),
+    )
+    return Report(
+        rows, [Table(columns, rows)], [f"deleted records of {len(rows)} partition(s) of {args.topic!r}"]
+    )

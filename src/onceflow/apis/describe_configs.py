@@ -70,7 +70,7 @@ def _entry(entry: ConfigEntry, read_only: bool, include_synonyms: bool) -> dict[
     return {
         "name": entry.name,
         "value": entry.value,
-        # Broker keys are read from the config file at start-up; AlterConfigs is not implemented.
+        # Broker keys are read from the config file at start-up; only topic configs are dynamic.
         "read_only": read_only,
         "config_source": entry.source,
         "is_sensitive": False,  # no key of this broker holds a secret

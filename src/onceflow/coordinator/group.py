@@ -35,6 +35,7 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from onceflow.coordinator.group_metadata import (
+    CONSUMER_PROTOCOL_TYPE,
     Group,
     GroupState,
     JoinCallback,
@@ -53,6 +54,7 @@ from onceflow.coordinator.group_records import (
     GroupDeleted,
     GroupStored,
     OffsetCommitted,
+    OffsetDeleted,
     OffsetStaged,
     StoredMember,
     TransactionCompleted,
@@ -458,6 +460,35 @@ class GroupCoordinator:
             except LogError as failure:
                 return results | dict.fromkeys(doomed, _coordinator_error(failure))
         return results
+
+    def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition], now_ms: int
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete, as Kafka's coordinator: the group's error (GROUP_ID_NOT_FOUND, or
+        NON_EMPTY_GROUP for an active group of another protocol type than `consumer`), else one
+        per partition: GROUP_SUBSCRIBED_TO_TOPIC while a member subscribes to its topic. The
+        committed offsets are deleted by tombstones in the log; staged ones stay with their
+        transaction. A group left empty without offsets is gone, as in Kafka."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, {}
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found, {}
+        results = dict.fromkeys(partitions, ErrorCode.none)
+        if group.state is not GroupState.EMPTY:
+            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                return ErrorCode.non_empty_group, {}
+            subscribed = group.subscribed_topics()
+            for partition in partitions:
+                if partition.topic in subscribed:
+                    results[partition] = ErrorCode.group_subscribed_to_topic
+        doomed = [p for p, error in results.items() if error is ErrorCode.none and p in group.offsets]
+        if doomed:
+            try:
+                self._runtime.write([OffsetDeleted(group_id, partition) for partition in doomed], now_ms)
+            except LogError as failure:
+                return _coordinator_error(failure), {}
+        return ErrorCode.none, results
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -895,6 +926,13 @@ class GroupCoordinator:
             case OffsetCommitted(group_id, partition, offset):
                 group = self._groups.setdefault(group_id, Group(group_id))
                 group.offsets[partition] = StoredOffset(offset, log_offset)
+            case OffsetDeleted(group_id, partition):
+                emptied = self._groups.get(group_id)
+                if emptied is not None:
+                    emptied.offsets.pop(partition, None)
+                    unused = not (emptied.pending_members or emptied.offsets or emptied.pending_offsets)
+                    if emptied.state is GroupState.EMPTY and unused:
+                        del self._groups[group_id]
             case OffsetStaged(group_id, producer_id, producer_epoch, partition, offset):
                 group = self._groups.setdefault(group_id, Group(group_id))
                 staged = group.pending_offsets.setdefault(producer_id, {})

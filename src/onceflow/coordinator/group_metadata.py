@@ -7,6 +7,7 @@ member, and the selected protocol is the most preferred one among those all memb
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -199,8 +200,44 @@ class Group:
 
     # -- offsets ------------------------------------------------------------------------------
 
+    def subscribed_topics(self) -> frozenset[str]:
+        """The topics the members of a `consumer` group subscribe to in the current protocol,
+        from their subscriptions (Kafka's ConsumerProtocol); none before a first rebalance."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
+            return frozenset()
+        protocol = self.protocol_name
+        return frozenset(
+            topic
+            for member in self.members.values()
+            if any(p.name == protocol for p in member.protocols)
+            for topic in subscription_topics(member.metadata(protocol))
+        )
+
     def has_pending_offset(self, partition: TopicPartition) -> bool:
         return any(partition in staged for staged in self.pending_offsets.values())
+
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+
+
+def subscription_topics(metadata: bytes) -> list[str]:
+    """The topics of a ConsumerProtocol Subscription (every version starts with a version and
+    the topic array); none when it cannot be read, as Kafka then knows of no subscription."""
+    try:
+        count = _INT32.unpack_from(metadata, 2)[0]
+        position, topics = 6, []
+        for _ in range(count):
+            length = _INT16.unpack_from(metadata, position)[0]
+            position += 2
+            if length < 0 or position + length > len(metadata):
+                return []
+            topics.append(metadata[position : position + length].decode())
+            position += length
+    except (struct.error, UnicodeDecodeError):
+        return []
+    return topics
 
 
 def select_protocol(member_protocols: Sequence[tuple[Protocol, ...]]) -> str:

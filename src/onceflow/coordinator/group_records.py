@@ -3,7 +3,8 @@
 Each key and value is a format-version byte followed by JSON. The key says what the record
 is about; replaying every record in log order rebuilds the coordinator's state:
 
-    ["offset", group, topic, partition]                 a committed offset
+    ["offset", group, topic, partition]                 a committed offset; a null value
+                                                        deletes it (OffsetDelete)
     ["txn_offset", group, producer id, topic, partition] an offset staged by a transaction
     ["txn_end", producer id]                            {"commit": bool}: apply or drop what
                                                         that producer staged, in every group
@@ -32,6 +33,12 @@ class OffsetCommitted:
     group_id: str
     partition: TopicPartition
     offset: OffsetAndMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleted:
+    group_id: str
+    partition: TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +83,9 @@ class GroupDeleted:
     group_id: str
 
 
-CoordinatorRecord = OffsetCommitted | OffsetStaged | TransactionCompleted | GroupStored | GroupDeleted
+CoordinatorRecord = (
+    OffsetCommitted | OffsetDeleted | OffsetStaged | TransactionCompleted | GroupStored | GroupDeleted
+)
 
 
 def encode(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
@@ -86,6 +95,9 @@ def encode(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
         case OffsetCommitted(group_id, (topic, partition), offset):
             key = ["offset", group_id, topic, partition]
             value = _offset_json(offset)
+        case OffsetDeleted(group_id, (topic, partition)):
+            key = ["offset", group_id, topic, partition]
+            value = None
         case OffsetStaged(group_id, producer_id, producer_epoch, (topic, partition), offset):
             key = ["txn_offset", group_id, producer_id, topic, partition]
             value = {**_offset_json(offset), "producer_epoch": producer_epoch}
@@ -114,6 +126,8 @@ def decode(key: bytes | None, value: bytes | None) -> CoordinatorRecord:
         match fields:
             case ["offset", str(group_id), str(topic), int(partition)] if body is not None:
                 return OffsetCommitted(group_id, TopicPartition(topic, partition), _offset(body))
+            case ["offset", str(group_id), str(topic), int(partition)]:
+                return OffsetDeleted(group_id, TopicPartition(topic, partition))
             case ["txn_offset", str(group_id), int(producer_id), str(topic), int(partition)] if body:
                 return OffsetStaged(
                     group_id,

@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.log.batch import BatchHeader, control_batch_is_commit, patch_base_offset
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogReadError
-from onceflow.log.files import fsync_directory
+from onceflow.log.files import fsync_directory, write_atomically
 from onceflow.log.producer_state import CompletedTransaction, ProducerStateManager, write_snapshot
 from onceflow.log.segment import (
     INDEX_SUFFIX,
@@ -32,6 +32,11 @@ from onceflow.log.segment import (
 )
 
 _log = logging.getLogger(__name__)
+
+# The log start offset that DeleteRecords set, when it is past the first segment's base (Kafka
+# keeps these in one log-start-offset-checkpoint per data directory; one file per partition goes
+# away with the partition's directory).
+LOG_START_OFFSET_FILE = "log-start-offset"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,7 @@ class PartitionLog:
             if completed is not None:
                 log._record_completion(completed, log.read(header.base_offset, 1))
         producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
+        log._restore_log_start_offset()
         return log
 
     @property
@@ -266,6 +272,45 @@ class PartitionLog:
     def size_bytes(self) -> int:
         return sum(segment.size for segment in self._segments)
 
+    # -- the log start offset -----------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset forward to `offset` (at most the end of the
+        log), durably before anything is deleted, then delete the segments wholly below it.
+        Returns the log start offset. Runs on the appending thread."""
+        offset = min(offset, self.log_end_offset)
+        if offset > self.log_start_offset:
+            write_atomically(self.directory / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
+            self._advance_log_start(offset)
+        return self.log_start_offset
+
+    def _restore_log_start_offset(self) -> None:
+        try:
+            recorded = int((self.directory / LOG_START_OFFSET_FILE).read_text())
+        except FileNotFoundError:
+            return
+        except ValueError as exc:
+            _log.warning("%s: unreadable %s (%s); ignored", self.directory, LOG_START_OFFSET_FILE, exc)
+            return
+        if recorded > self.log_start_offset:
+            self._advance_log_start(min(recorded, self.log_end_offset))
+
+    def _advance_log_start(self, offset: int) -> None:
+        self.log_start_offset = offset
+        self._aborted = [entry for entry in self._aborted if entry.last_offset >= offset]
+        below = sum(1 for segment in self._segments[:-1] if segment.next_offset <= offset)
+        self._delete_oldest_segments(below)
+
+    def _delete_oldest_segments(self, count: int) -> None:
+        deleted, self._segments = self._segments[:count], self._segments[count:]
+        for segment in deleted:
+            segment.delete_files()
+            with self._lock:
+                if self._flushes_running:
+                    self._close_after_flush.append(segment)
+                else:
+                    segment.close()
+
     # -- durability ---------------------------------------------------------------------------
 
     def flush(self) -> int:
@@ -315,16 +360,9 @@ class PartitionLog:
             doomed += 1
         if not doomed:
             return 0
-        deleted, self._segments = self._segments[:doomed], self._segments[doomed:]
+        self._delete_oldest_segments(doomed)
         self.log_start_offset = self._segments[0].base_offset
         self._aborted = [entry for entry in self._aborted if entry.last_offset >= self.log_start_offset]
-        for segment in deleted:
-            segment.delete_files()
-            with self._lock:
-                if self._flushes_running:
-                    self._close_after_flush.append(segment)
-                else:
-                    segment.close()
         return doomed
 
     def close(self, flush: bool = True) -> None:

@@ -4,7 +4,8 @@ Layout (Kafka's naming):
     data_dir/.lock                              flock held while a broker owns the directory
     data_dir/topics.json                        topic name -> id, partition count, configs
     data_dir/recovery-point-offset-checkpoint   per partition, the offset below which all is fsynced
-    data_dir/<topic>-<partition>/               one PartitionLog each
+    data_dir/<topic>-<partition>/               one PartitionLog each (with its log-start-offset
+                                                when DeleteRecords moved it)
 """
 
 from __future__ import annotations
@@ -151,6 +152,27 @@ class LogManager:
         self._open_new_partitions(name, range(info.partitions, new_total), self.topic_config(name))
         self.topics[name] = dataclasses.replace(info, partitions=new_total)
         self._write_topics()
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
+        """Replace the topic's own configs (AlterConfigs): checked as at creation, written to
+        topics.json, then applied to its live partitions. With `validate_only`, only checked."""
+        info = self.topics.get(name)
+        if info is None:
+            raise UnknownTopicError(f"unknown topic '{name}'")
+        validate_topic_configs(configs)
+        config = self._overlay(configs)
+        if validate_only:
+            return
+        self.topics[name] = dataclasses.replace(info, configs=dict(configs))
+        try:
+            self._write_topics()
+        except OSError as error:
+            self.topics[name] = info
+            raise LogError(
+                ErrorCode.kafka_storage_error, f"cannot store the configs of {name!r}: {error}"
+            ) from error
+        for partition in range(info.partitions):
+            self._logs[name, partition].config = config
 
     def topic_config(self, name: str) -> LogConfig:
         """Broker defaults overlaid with the topic's own configs."""
