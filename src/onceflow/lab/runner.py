@@ -57,6 +57,8 @@ class RunResult:
     injected: list[str] = field(default_factory=list)
     coverage: dict[str, int] = field(default_factory=dict)
     verdicts: dict[str, str] = field(default_factory=dict)
+    # What the broker fault did, with the values of the records it dropped or copied.
+    broker_fault_effects: dict[str, Any] | None = None
 
     @property
     def not_tested(self) -> list[str]:
@@ -80,6 +82,7 @@ class RunResult:
             "injected": self.injected,
             "coverage": self.coverage,
             "verdicts": self.verdicts,
+            "broker_fault_effects": self.broker_fault_effects,
             "anomalies": [anomaly.to_json() for anomaly in self.check.anomalies],
         }
 
@@ -93,12 +96,13 @@ def run_lab(
     bootstrap: str | None = None,
     log: Log = lambda _line: None,
     broker_fault: str | None = None,
+    produce_s: float = PRODUCE_S,
 ) -> list[RunResult]:
     """Every guarantee under every fault set, one fresh run (and broker) each."""
     results: list[RunResult] = []
     for fault_set in fault_sets:
         for guarantee in guarantees:
-            scenario = Scenario(guarantee, fault_set, messages, seed, bootstrap, broker_fault)
+            scenario = Scenario(guarantee, fault_set, messages, seed, bootstrap, broker_fault, produce_s)
             run_dir = workdir / f"run-{len(results)}-{guarantee}"
             run_dir.mkdir(parents=True, exist_ok=True)
             results.append(run_scenario(scenario, run_dir, log))
@@ -205,7 +209,9 @@ class _Run:
         finally:
             for process in self.processes.values():
                 _kill(process)
+        effects = None
         if scenario.broker_fault is not None:
+            effects = dataclasses.asdict(self.proxy.broker_faults)
             self._report_broker_fault()
         self.proxy.plan.broker_fault = None  # the final reads see the log as the broker keeps it
         self._final_reads()
@@ -220,7 +226,7 @@ class _Run:
             f"aborted reads {result.aborted_reads}; "
             + ", ".join(f"{anomaly} {verdict}" for anomaly, verdict in judged.items())
         )
-        return RunResult(scenario, result, drained, self.injected, counts, judged)
+        return RunResult(scenario, result, drained, self.injected, counts, judged, effects)
 
     def _report_broker_fault(self) -> None:
         done = self.proxy.broker_faults
