@@ -66,6 +66,11 @@ def test_exactly_once_has_no_anomaly(lab_run: tuple[dict[str, Any], Path]) -> No
     run = _run(lab_run[0], "exactly-once")
     assert run["anomalies"] == [], (run["injected"], run["anomalies"][:5])
     assert run["delivered"] >= run["acknowledged"]
+    # Each 0 was tested: aborted transactions reached the log, acks were lost, workers were killed.
+    assert run["verdicts"] == {"lost": "clean", "duplicated": "clean", "aborted_reads": "clean"}
+    assert run["coverage"]["aborted_records_in_log"] > 0
+    assert run["coverage"]["acks_lost"] > 0
+    assert run["coverage"]["consumers_killed_before_commit"] > 0
 
 
 def test_at_least_once_loses_nothing(lab_run: tuple[dict[str, Any], Path]) -> None:
@@ -102,6 +107,8 @@ def test_the_json_report_has_the_documented_shape(lab_run: tuple[dict[str, Any],
             for offset in anomaly["offsets"]:
                 assert set(offset) == {"topic", "partition", "offset"}
                 assert isinstance(offset["partition"], int) and isinstance(offset["offset"], int)
+        assert all(isinstance(count, int) and count >= 0 for count in run["coverage"].values())
+        assert set(run["verdicts"].values()) <= {"found", "clean"}, run["verdicts"]  # else exit 1
         kinds = [anomaly["kind"] for anomaly in run["anomalies"]]
         assert run["lost"] == kinds.count("lost-write") + kinds.count("lost-downstream")
         assert run["aborted_reads"] == kinds.count("aborted-read")

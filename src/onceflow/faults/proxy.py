@@ -1,28 +1,62 @@
 """A loopback TCP proxy between Kafka clients and a broker that injects faults.
 
-It understands Kafka framing on the way back, so a fault hits whole
-responses: the request reaches the broker and is acted on, and then the
-response is thrown away and the client's connection reset. The client sees
-a lost ack and retries, which is fault (A) of the seed documents.
+It understands Kafka framing both ways, so a fault hits whole requests and responses.
 
-Every fault is bounded: the proxy stops at the end of its `with` block, and
-`max_faults` caps how many responses it may destroy.
+- Lost acks: the request reaches the broker and is acted on, and then the response is thrown away
+  and the client's connection reset. The client sees a lost ack and retries, which is fault (A) of
+  the seed documents.
+- Broker faults (`BROKER_FAULTS`): the proxy makes the broker misbehave, so that the lab can show
+  its checker fails when it should (negative controls). Each is a protocol rewrite: the request is
+  decoded with kio, changed and encoded again, and the correlation id is kept.
+  - `serve-aborted`: Fetch requests asking for read_committed (isolation level 1) are sent as
+    read_uncommitted (0), so the broker hands aborted records to read_committed readers.
+  - `drop-acked-produce`: a Produce is answered with success (offset -1) and never forwarded: the
+    broker loses acknowledged writes.
+  - `duplicate-produce`: a forwarded Produce is sent a second time, its batches made
+    non-idempotent (no producer id, epoch or sequence), so the broker cannot tell the copy from
+    new data. Transactional batches cannot lose their producer id; requests with one are not copied.
+
+Every fault is bounded: the proxy stops at the end of its `with` block, and `max_faults` caps how
+many responses it may destroy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import socket
 import struct
 import threading
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
+
+from crc32c import crc32c
+
+from onceflow.protocol.build import build
+from onceflow.protocol.codec import (
+    MalformedRequestError,
+    UnknownApiError,
+    decode_request,
+    encode_request,
+    encode_response,
+    peek_request_prefix,
+    response_type,
+)
 
 _INT32 = struct.Struct(">i")
+PRODUCE, FETCH, OFFSET_COMMIT, END_TXN, TXN_OFFSET_COMMIT = 0, 1, 8, 26, 28
+# Responses that acknowledge a write: destroying one after the broker acted is a lost ack.
+WRITE_APIS = frozenset({PRODUCE, OFFSET_COMMIT, END_TXN, TXN_OFFSET_COMMIT})
+BROKER_FAULTS = ("serve-aborted", "drop-acked-produce", "duplicate-produce")
+READ_COMMITTED, READ_UNCOMMITTED = 1, 0
+# The proxy's own requests (copies whose answers nobody waits for) count down from here.
+_OWN_CORRELATION_IDS = -1
 
 
 @dataclass
@@ -31,6 +65,30 @@ class FaultPlan:
     delay_response_s: float = 0.0
     max_faults: int = 1_000
     seed: int = 0
+    broker_fault: str | None = None  # one of BROKER_FAULTS
+    # The share of Produce requests that drop-acked-produce and duplicate-produce hit.
+    broker_fault_probability: float = 0.1
+
+
+@dataclass
+class BrokerFaultCounts:
+    """What the broker faults did, with the values of the records they dropped or copied."""
+
+    fetches_rewritten: int = 0
+    produces_dropped: int = 0
+    produces_duplicated: int = 0
+    dropped_values: list[str] = field(default_factory=list)
+    duplicated_values: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Pending:
+    """A request that gets an answer, in request order: from the broker, or made up by the proxy."""
+
+    correlation_id: int
+    api_key: int
+    forged: bytes | None = None  # the proxy's own answer, sent in turn
+    swallow: bool = False  # the answer to the proxy's own copy: the client never asked
 
 
 class FaultProxy:
@@ -51,6 +109,9 @@ class FaultProxy:
         self.on_request = on_request
         self.responses_dropped = 0
         self.responses_forwarded = 0
+        # Destroyed responses by API key; those of WRITE_APIS are lost acks.
+        self.dropped_by_api: Counter[int] = Counter()
+        self.broker_faults = BrokerFaultCounts()
         self._random = random.Random(plan.seed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -65,6 +126,11 @@ class FaultProxy:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self._port}"
+
+    @property
+    def acks_lost(self) -> int:
+        """Responses to writes destroyed after the broker acted on them."""
+        return sum(count for api_key, count in self.dropped_by_api.items() if api_key in WRITE_APIS)
 
     def __enter__(self) -> FaultProxy:
         started: Future[None] = Future()
@@ -99,50 +165,217 @@ class FaultProxy:
         except OSError:
             client_writer.close()
             return
-        requests = asyncio.create_task(
-            _pipe(client_reader, broker_writer)
-            if self.on_request is None
-            else _pipe_frames(client_reader, broker_writer, self.on_request)
-        )
-        responses = asyncio.create_task(self._responses(broker_reader, client_writer))
+        link = _Link(self, client_writer, broker_writer)
+        requests = asyncio.create_task(link.requests(client_reader))
+        responses = asyncio.create_task(link.responses(broker_reader))
         await asyncio.wait([requests, responses], return_when=asyncio.FIRST_COMPLETED)
         for task in (requests, responses):
             task.cancel()
         for writer in (client_writer, broker_writer):
             _reset(writer)
 
-    async def _responses(self, broker: asyncio.StreamReader, client: asyncio.StreamWriter) -> None:
+    def broker_fault_hits(self) -> bool:
+        return self._random.random() < self.plan.broker_fault_probability
+
+    def drops_response(self) -> bool:
+        return (
+            self.responses_dropped < self.plan.max_faults
+            and self._random.random() < self.plan.drop_response_probability
+        )
+
+
+class _Link:
+    """One client connection and its connection to the broker."""
+
+    def __init__(self, proxy: FaultProxy, client: asyncio.StreamWriter, broker: asyncio.StreamWriter) -> None:
+        self.proxy = proxy
+        self.client = client
+        self.broker = broker
+        self.pending: deque[_Pending] = deque()
+        self.own_correlation_id = _OWN_CORRELATION_IDS
+
+    async def requests(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            prefix = await reader.readexactly(4)
+            frame = await reader.readexactly(_INT32.unpack(prefix)[0])
+            if self.proxy.on_request is not None:
+                self.proxy.on_request(frame)
+            for outgoing in self._handle(frame):
+                self.broker.write(outgoing)
+            self._send_forged()
+            await self.broker.drain()
+
+    def _handle(self, frame: bytes) -> list[bytes]:
+        """The frames (length prefix included) to send the broker for one request frame."""
+        try:
+            api_key, _version, correlation_id = peek_request_prefix(frame)
+        except MalformedRequestError:
+            return [_INT32.pack(len(frame)) + frame]  # the broker judges garbage, not the proxy
+        fault = self.proxy.plan.broker_fault
+        decoded = None
+        if api_key in (PRODUCE, FETCH):
+            with contextlib.suppress(MalformedRequestError, UnknownApiError):
+                decoded = decode_request(frame)
+        if decoded is None:
+            self.pending.append(_Pending(correlation_id, api_key))
+            return [_INT32.pack(len(frame)) + frame]
+        header, body = decoded
+        if api_key == FETCH:
+            self.pending.append(_Pending(correlation_id, api_key))
+            if fault == "serve-aborted" and body.isolation_level == READ_COMMITTED:
+                self.proxy.broker_faults.fetches_rewritten += 1
+                return [encode_request(header, dataclasses.replace(body, isolation_level=READ_UNCOMMITTED))]
+            return [_INT32.pack(len(frame)) + frame]
+        original = [_INT32.pack(len(frame)) + frame]
+        if body.acks == 0:
+            return original  # no answer comes, so nothing is pending
+        counts = self.proxy.broker_faults
+        if fault == "drop-acked-produce" and self.proxy.broker_fault_hits():
+            counts.produces_dropped += 1
+            counts.dropped_values += _produce_values(body)
+            forged = encode_response(correlation_id, _produce_success(header.request_api_version, body))
+            self.pending.append(_Pending(correlation_id, api_key, forged=forged))
+            return []
+        self.pending.append(_Pending(correlation_id, api_key))
+        if fault == "duplicate-produce" and self.proxy.broker_fault_hits():
+            copy = _non_idempotent_copy(body)
+            if copy is not None:
+                counts.produces_duplicated += 1
+                counts.duplicated_values += _produce_values(copy)
+                self.own_correlation_id -= 1
+                own = dataclasses.replace(header, correlation_id=self.own_correlation_id)
+                self.pending.append(_Pending(self.own_correlation_id, api_key, swallow=True))
+                return [*original, encode_request(own, copy)]
+        return original
+
+    def _send_forged(self) -> None:
+        """Made-up answers go out as soon as every request before them is answered."""
+        while self.pending and self.pending[0].forged is not None:
+            self.client.write(self.pending.popleft().forged or b"")
+
+    async def responses(self, broker: asyncio.StreamReader) -> None:
         while True:
             prefix = await broker.readexactly(4)
             body = await broker.readexactly(_INT32.unpack(prefix)[0])
-            if self.plan.delay_response_s:
-                await asyncio.sleep(self.plan.delay_response_s)
-            if (
-                self.responses_dropped < self.plan.max_faults
-                and self._random.random() < self.plan.drop_response_probability
-            ):
-                self.responses_dropped += 1
+            (correlation_id,) = _INT32.unpack_from(body)
+            answered = self._answered(correlation_id)
+            if answered is not None and answered.swallow:
+                continue
+            if self.proxy.plan.delay_response_s:
+                await asyncio.sleep(self.proxy.plan.delay_response_s)
+            if self.proxy.drops_response():
+                self.proxy.responses_dropped += 1
+                self.proxy.dropped_by_api[answered.api_key if answered else -1] += 1
                 return  # the caller resets both connections: the ack is lost
-            client.write(prefix + body)
-            await client.drain()
-            self.responses_forwarded += 1
+            self.client.write(prefix + body)
+            self._send_forged()
+            await self.client.drain()
+            self.proxy.responses_forwarded += 1
+
+    def _answered(self, correlation_id: int) -> _Pending | None:
+        """The pending request this response answers; made-up answers before it go out first."""
+        while self.pending:
+            self._send_forged()
+            if not self.pending:
+                break
+            entry = self.pending.popleft()
+            if entry.correlation_id == correlation_id:
+                return entry
+        return None
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while data := await reader.read(256 * 1024):
-        writer.write(data)
-        await writer.drain()
+def _produce_success(version: int, body: Any) -> Any:
+    """A Produce response that says every partition was stored, at an offset the broker never gave."""
+    responses = [
+        {
+            "name": topic.name,
+            "partition_responses": [
+                {"index": data.index, "error_code": 0, "base_offset": -1, "record_errors": []}
+                for data in topic.partition_data
+            ],
+        }
+        for topic in body.topic_data
+    ]
+    return build(response_type(PRODUCE, version), responses=responses, throttle_time=0)
 
 
-async def _pipe_frames(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_frame: Callable[[bytes], None]
-) -> None:
+# Record batch v2: where the fields the copy rewrites sit, and where the CRC32C starts.
+_CRC_AT, _ATTRIBUTES_AT, _PRODUCER_AT, _RECORDS_AT = 17, 21, 43, 61
+_BATCH_LENGTH = struct.Struct(">q i")
+_NO_PRODUCER = struct.pack(">q h i", -1, -1, -1)  # producer id, epoch, base sequence
+_TRANSACTIONAL, _COMPRESSION = 0x10, 0x07
+
+
+def _batches(records: bytes) -> list[bytes]:
+    found, position = [], 0
+    while position + _BATCH_LENGTH.size <= len(records):
+        _base_offset, length = _BATCH_LENGTH.unpack_from(records, position)
+        found.append(records[position : position + 12 + length])
+        position += 12 + length
+    return found
+
+
+def _non_idempotent_copy(body: Any) -> Any | None:
+    """The request with every batch stripped of producer id, epoch and sequence; None when a batch
+    is transactional (a transactional batch without its producer id is no valid request)."""
+    topics = []
+    for topic in body.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            batches = []
+            for batch in _batches(data.records or b""):
+                (attributes,) = struct.unpack_from(">h", batch, _ATTRIBUTES_AT)
+                if attributes & _TRANSACTIONAL:
+                    return None
+                rewritten = bytearray(batch)
+                rewritten[_PRODUCER_AT : _PRODUCER_AT + len(_NO_PRODUCER)] = _NO_PRODUCER
+                struct.pack_into(">I", rewritten, _CRC_AT, crc32c(bytes(rewritten[_ATTRIBUTES_AT:])))
+                batches.append(bytes(rewritten))
+            partitions.append(dataclasses.replace(data, records=b"".join(batches)))
+        topics.append(dataclasses.replace(topic, partition_data=tuple(partitions)))
+    return dataclasses.replace(body, transactional_id=None, topic_data=tuple(topics))
+
+
+def _produce_values(body: Any) -> list[str]:
+    """The values of the records of a Produce request (uncompressed batches; the lab compresses none)."""
+    values = []
+    for topic in body.topic_data:
+        for data in topic.partition_data:
+            for batch in _batches(data.records or b""):
+                (attributes,) = struct.unpack_from(">h", batch, _ATTRIBUTES_AT)
+                if not attributes & _COMPRESSION:
+                    values += _record_values(batch)
+    return values
+
+
+def _record_values(batch: bytes) -> list[str]:
+    (count,) = _INT32.unpack_from(batch, _RECORDS_AT - 4)
+    position, values = _RECORDS_AT, []
+    for _ in range(count):
+        length, position = _varint(batch, position)
+        end = position + length
+        position += 1  # attributes
+        _timestamp_delta, position = _varint(batch, position)
+        _offset_delta, position = _varint(batch, position)
+        key_length, position = _varint(batch, position)
+        position += max(key_length, 0)
+        value_length, position = _varint(batch, position)
+        if value_length >= 0:
+            values.append(batch[position : position + value_length].decode(errors="replace"))
+        position = end
+    return values
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    """A zigzag varint, as record fields are written."""
+    shift = result = 0
     while True:
-        prefix = await reader.readexactly(4)
-        body = await reader.readexactly(_INT32.unpack(prefix)[0])
-        on_frame(body)
-        writer.write(prefix + body)
-        await writer.drain()
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

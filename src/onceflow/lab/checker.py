@@ -78,7 +78,7 @@ class CheckResult:
         return len(self.of_kind(ABORTED_READ))
 
 
-class _FinalRead:
+class FinalRead:
     """The records of one topic in its final reads, by isolation level."""
 
     def __init__(self) -> None:
@@ -109,14 +109,20 @@ class _FinalRead:
         }
 
 
-def check(events: Iterable[Event], input_topic: str = "input", output_topic: str = "output") -> CheckResult:
-    events = list(events)
-    reads: dict[str, _FinalRead] = defaultdict(_FinalRead)
+def final_reads(events: Iterable[Event]) -> defaultdict[str, FinalRead]:
+    """The final reads of each topic in a history."""
+    reads: defaultdict[str, FinalRead] = defaultdict(FinalRead)
     for event in events:
         if event["type"] == "read":
             final = reads[event["topic"]]
             final.records[event["isolation"]] += [(p, o, v) for p, o, v in event["records"]]
             final.ends[event["isolation"]].update({p: end for p, end in event.get("ends", [])})
+    return reads
+
+
+def check(events: Iterable[Event], input_topic: str = "input", output_topic: str = "output") -> CheckResult:
+    events = list(events)
+    reads = final_reads(events)
     sent = {e["value"] for e in events if e["type"] == "send" and e["topic"] == input_topic}
     acks = {e["value"]: e for e in events if e["type"] == "ack" and e["topic"] == input_topic}
     committed_in = reads[input_topic].positions("read_committed")
@@ -173,7 +179,7 @@ def _duplicates(topic: str, committed: dict[str, list[tuple[int, int]]]) -> list
 
 def _aborted_reads(
     events: list[Event],
-    reads: dict[str, _FinalRead],
+    reads: dict[str, FinalRead],
     input_topic: str,
     committed_out: dict[str, list[tuple[int, int]]] | None,
 ) -> list[Anomaly]:
@@ -222,7 +228,7 @@ def _inconsistent_offsets(events: list[Event]) -> list[Anomaly]:
     ]
 
 
-def _poll_order(events: list[Event], reads: dict[str, _FinalRead]) -> list[Anomaly]:
+def _poll_order(events: list[Event], reads: dict[str, FinalRead]) -> list[Anomaly]:
     """Within one consumer, each partition's polls must advance and skip nothing its isolation level
     could read; an assignment restarts the partitions from their committed offsets."""
     anomalies = []

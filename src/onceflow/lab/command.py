@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from onceflow.faults.proxy import BROKER_FAULTS
 from onceflow.lab import faults
 from onceflow.lab.presets import PRESETS
 
@@ -28,6 +29,14 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
         help=f"a set of faults from {', '.join(faults.FAULTS)}; repeat for one run per set (default: all)",
     )
     run.add_argument("--messages", type=int, default=300)
+    run.add_argument(
+        "--seconds", type=float, default=6.0, help="how long the producers spread their messages over"
+    )
+    run.add_argument(
+        "--broker-fault",
+        choices=BROKER_FAULTS,
+        help="make the lab's broker misbehave, to see the checker catch it (a negative control)",
+    )
     run.add_argument("--seed", type=int, default=1)
     run.add_argument("--bootstrap", help="use this broker instead of starting one (no broker faults then)")
     run.add_argument("--json", type=Path, help="write the runs as JSON here")
@@ -49,6 +58,9 @@ def run_lab_command(args: argparse.Namespace) -> int:
     if unknown:
         print(f"onceflow: unknown fault(s) {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
+    if args.bootstrap and args.broker_fault:
+        print("onceflow: --broker-fault needs the lab's own broker (drop --bootstrap)", file=sys.stderr)
+        return 2
     if args.bootstrap and any(faults.OWN_BROKER_FAULTS & set(fault_set) for fault_set in fault_sets):
         print(
             "onceflow: lost-acks and broker-crash need the lab's own broker (drop --bootstrap)",
@@ -65,7 +77,15 @@ def run_lab_command(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="onceflow-lab-") as scratch:
         workdir = args.workdir or Path(scratch)
         results = run_lab(
-            guarantees, fault_sets, args.messages, args.seed, workdir, args.bootstrap, log=console.log
+            guarantees,
+            fault_sets,
+            args.messages,
+            args.seed,
+            workdir,
+            args.bootstrap,
+            log=console.log,
+            broker_fault=args.broker_fault,
+            produce_s=args.seconds,
         )
     runs = [result.to_json() for result in results]
     report.print_table(runs)
@@ -73,7 +93,14 @@ def run_lab_command(args: argparse.Namespace) -> int:
         report.write_json(runs, args.json)
     if args.html:
         report.write_html(runs, args.html)
-    return 0
+    untested = [(result, result.not_tested) for result in results if result.not_tested]
+    for result, anomalies in untested:
+        print(
+            f"onceflow: {report.label(result.to_json())}: {', '.join(anomalies)} not tested:"
+            " the faults never created their preconditions",
+            file=sys.stderr,
+        )
+    return 1 if untested else 0
 
 
 def _print_presets() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import signal
 from dataclasses import dataclass
 
 FAULTS = ("lost-acks", "producer-crash", "consumer-crash", "broker-crash", "txn-timeout")
@@ -13,6 +14,12 @@ OWN_BROKER_FAULTS = frozenset({"lost-acks", "broker-crash"})
 DROP_PROBABILITY = 0.04
 MAX_DROPPED = 25
 RESPONSE_DELAY_S = 0.003
+# The share of a transactional producer's transactions it aborts on purpose once their records are
+# in the log, so that every transactional run has aborted data for read_committed readers to skip.
+ABORT_RATE = 0.2
+# A producer or worker dies at its next crash point on these (see `workload.CrashPoints`): workers
+# alternate between dying before they commit and, where the preset commits first, before output.
+CRASH_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 # How long a hanging transaction lives before the broker aborts it.
 HANGING_TIMEOUT_MS = 3000  # librdkafka wants socket.timeout.ms (3000) <= this + 100
 
@@ -22,6 +29,7 @@ class FaultEvent:
     at_s: float
     action: str  # kill-producer, kill-consumer, kill-broker, hang-transaction, lose-acks, stop-losing-acks
     target: int = 0
+    crash_signal: int = signal.SIGUSR1
 
 
 def schedule(
@@ -39,7 +47,13 @@ def schedule(
         ]
     if "consumer-crash" in faults:
         events += [
-            FaultEvent(rng.uniform(1.0, window_s), "kill-consumer", rng.randrange(workers)) for _ in range(3)
+            FaultEvent(
+                rng.uniform(1.0, window_s - 0.5),
+                "kill-consumer",
+                rng.randrange(workers),
+                CRASH_SIGNALS[kill % 2],
+            )
+            for kill in range(3)
         ]
     if "broker-crash" in faults:
         events.append(FaultEvent(rng.uniform(1.0, window_s - 1.0), "kill-broker"))

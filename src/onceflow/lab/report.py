@@ -2,7 +2,9 @@
 
 Every function takes runs as plain dicts, in the shape of `RunResult.to_json()`: the keys
 guarantee, faults, produced, acknowledged, delivered, lost, duplicated, aborted_reads and
-anomalies. Other keys (a demo's balances, say) are kept in the JSON and shown in the HTML table.
+anomalies, and for lab runs coverage and verdicts. A count whose verdict is "not tested" (the run
+never created the anomaly's preconditions) is shown as such, never as a clean 0. Other keys (a
+demo's balances, say) are kept in the JSON and shown in the HTML table.
 """
 
 from __future__ import annotations
@@ -22,10 +24,24 @@ COUNTS = ("produced", "acknowledged", "delivered", "lost", "duplicated", "aborte
 SERIES = (("lost", "#d62728"), ("duplicated", "#ff7f0e"), ("aborted_reads", "#9467bd"))
 SHOWN_ANOMALIES = 20
 HEADERS = {"acknowledged": "acked", "duplicated": "dup", "aborted_reads": "aborted"}
+NOT_TESTED = "not tested"
+# Shown apart from the other keys of a run.
+JUDGEMENT_KEYS = ("coverage", "verdicts", "broker_fault_effects")
 
 
 def label(run: Run) -> str:
-    return f"{run['guarantee']} / {', '.join(run['faults']) or 'no faults'}"
+    text = f"{run['guarantee']} / {', '.join(run['faults']) or 'no faults'}"
+    return text + (f" / broker fault {run['broker_fault']}" if run.get("broker_fault") else "")
+
+
+def untested(run: Run, key: str) -> bool:
+    return bool(run.get("verdicts", {}).get(key) == NOT_TESTED)
+
+
+def coverage_text(run: Run) -> str:
+    """The counters that are not zero, e.g. "aborted records in log 20, acks lost 3"."""
+    counts = run.get("coverage") or {}
+    return ", ".join(f"{name.replace('_', ' ')} {count}" for name, count in counts.items() if count)
 
 
 def print_table(
@@ -43,15 +59,23 @@ def print_table(
         table.add_column(HEADERS.get(key, key), justify="right")
     if balanced:
         table.add_column("balances")
+    covered = any("coverage" in run for run in runs)
+    if covered:
+        table.add_column("coverage (preconditions created)", overflow="fold")
     table.add_column("anomalies", overflow="fold")
     for run in runs:
         kinds = Counter(anomaly["kind"] for anomaly in run["anomalies"])
         cells = [run.get("stage", "")] if staged else []
-        cells += [run["guarantee"], ", ".join(run["faults"]) or "none"]
-        cells += [_count_cell(key, run[key]) for key in COUNTS]
+        faults = ", ".join(run["faults"]) or "none"
+        if run.get("broker_fault"):
+            faults += f"; broker fault {run['broker_fault']}"
+        cells += [run["guarantee"], faults]
+        cells += [_count_cell(run, key) for key in COUNTS]
         if balanced:
             match = run.get("balances_match")
             cells.append("" if match is None else "[green]exact[/]" if match else "[bold red]wrong[/]")
+        if covered:
+            cells.append(coverage_text(run) or ("[yellow]none[/]" if "coverage" in run else ""))
         cells.append(
             ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "[green]none[/]"
         )
@@ -59,7 +83,10 @@ def print_table(
     (console or Console()).print(table)
 
 
-def _count_cell(key: str, value: int) -> str:
+def _count_cell(run: Run, key: str) -> str:
+    if untested(run, key):
+        return f"[yellow]{NOT_TESTED}[/]"
+    value = run[key]
     bad = key in ("lost", "duplicated", "aborted_reads") and value > 0
     return f"[bold red]{value}[/]" if bad else str(value)
 
@@ -74,12 +101,14 @@ def write_html(runs: Sequence[Run], path: Path, title: str = "onceflow delivery-
 
 def render_html(runs: Sequence[Run], title: str = "onceflow delivery-semantics lab") -> str:
     """One page, no external resources: the chart is inline SVG, the styles and script inline."""
-    extra = sorted({key for run in runs for key in run} - {*COUNTS, "guarantee", "faults", "anomalies"})
-    head = "".join(f"<th>{html.escape(name)}</th>" for name in ["run", *COUNTS, *extra])
+    shown = {*COUNTS, *JUDGEMENT_KEYS, "guarantee", "faults", "broker_fault", "anomalies"}
+    extra = sorted({key for run in runs for key in run} - shown)
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in ["run", *COUNTS, "coverage", *extra])
     rows = "".join(
-        "<tr><td>{}</td>{}{}</tr>".format(
+        "<tr><td>{}</td>{}<td>{}</td>{}</tr>".format(
             html.escape(label(run)),
-            "".join(f'<td class="{_cls(key, run[key])}">{run[key]}</td>' for key in COUNTS),
+            "".join(_html_count(run, key) for key in COUNTS),
+            html.escape(coverage_text(run) or ("none" if "coverage" in run else "")),
             "".join(f"<td>{html.escape(json.dumps(run.get(key)))}</td>" for key in extra),
         )
         for run in runs
@@ -92,11 +121,13 @@ table {{ border-collapse: collapse; margin: 1em 0; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
 td:first-child {{ text-align: left; }}
 td.bad {{ color: #d62728; font-weight: bold; }}
+td.untested {{ color: #b8860b; font-style: italic; }}
 li {{ font-family: monospace; font-size: 12px; }}
 </style></head>
 <body>
 <h1>{html.escape(title)}</h1>
-<p>Lost, duplicated and aborted-read values per guarantee and fault set.</p>
+<p>Lost, duplicated and aborted-read values per guarantee and fault set. A count is "not tested"
+when the run never created that anomaly's preconditions (coverage), so its zero proves nothing.</p>
 {_chart(runs)}
 <table><tr>{head}</tr>{rows}</table>
 {_anomaly_lists(runs)}
@@ -109,8 +140,13 @@ document.title = bars > 0 ? "lab chart: " + bars + " bars" : "lab chart missing"
 """
 
 
-def _cls(key: str, value: int) -> str:
-    return "bad" if key in ("lost", "duplicated", "aborted_reads") and value > 0 else ""
+def _html_count(run: Run, key: str) -> str:
+    if untested(run, key):
+        return f'<td class="untested">{NOT_TESTED}</td>'
+    value = run[key]
+    bad = key in ("lost", "duplicated", "aborted_reads") and value > 0
+    return f'<td class="{"bad" if bad else ""}">{value}</td>'
+
 
 
 def _chart(runs: Sequence[Run]) -> str:
@@ -132,11 +168,13 @@ def _chart(runs: Sequence[Run]) -> str:
             value = int(run[key])
             h = max(1.0, plot_h * value / peak)  # a zero still shows as a hairline
             x = x0 + offset * bar_w
+            shown = "n/t" if untested(run, key) else str(value)
             parts.append(
                 f'<rect class="bar" x="{x}" y="{top + plot_h - h}" width="{bar_w - 4}" height="{h}" '
-                f'fill="{color}"><title>{html.escape(label(run))}: {key} {value}</title></rect>'
+                f'fill="{color}"><title>{html.escape(label(run))}: {key} '
+                f'{NOT_TESTED if untested(run, key) else value}</title></rect>'
                 f'<text x="{x + (bar_w - 4) / 2}" y="{top + plot_h - h - 4}" text-anchor="middle" '
-                f'font-size="10">{value}</text>'
+                f'font-size="10">{shown}</text>'
             )
         cx, cy = x0 + bar_w * len(SERIES) / 2, top + plot_h + 12
         parts.append(

@@ -3,6 +3,8 @@ stage as processes, the seeded faults of `faults.py`, a final read of both topic
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import os
 import random
 import signal
@@ -20,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.faults.broker_process import BrokerProcess
 from onceflow.faults.proxy import FaultPlan, FaultProxy
-from onceflow.lab import faults
+from onceflow.lab import coverage, faults
 from onceflow.lab.checker import CheckResult, check
 from onceflow.lab.history import HistoryWriter, read_history
 from onceflow.lab.presets import PRESETS
@@ -42,6 +44,9 @@ class Scenario:
     messages: int = 300
     seed: int = 0
     bootstrap: str | None = None  # None: the lab starts its own broker
+    # A misbehaving broker (`proxy.BROKER_FAULTS`), to show the checker catches it; own broker only.
+    broker_fault: str | None = None
+    produce_s: float = PRODUCE_S
 
 
 @dataclass
@@ -50,12 +55,22 @@ class RunResult:
     check: CheckResult
     drained: bool
     injected: list[str] = field(default_factory=list)
+    coverage: dict[str, int] = field(default_factory=dict)
+    verdicts: dict[str, str] = field(default_factory=dict)
+    # What the broker fault did, with the values of the records it dropped or copied.
+    broker_fault_effects: dict[str, Any] | None = None
+
+    @property
+    def not_tested(self) -> list[str]:
+        """The anomalies this run had no chance to show: its 0 for them proves nothing."""
+        return [anomaly for anomaly, verdict in self.verdicts.items() if verdict == coverage.NOT_TESTED]
 
     def to_json(self) -> dict[str, Any]:
         """The run as the reports want it; see `report.py`."""
         return {
             "guarantee": self.scenario.guarantee,
             "faults": list(self.scenario.faults),
+            "broker_fault": self.scenario.broker_fault,
             "seed": self.scenario.seed,
             "produced": self.check.produced,
             "acknowledged": self.check.acknowledged,
@@ -65,6 +80,9 @@ class RunResult:
             "aborted_reads": self.check.aborted_reads,
             "drained": self.drained,
             "injected": self.injected,
+            "coverage": self.coverage,
+            "verdicts": self.verdicts,
+            "broker_fault_effects": self.broker_fault_effects,
             "anomalies": [anomaly.to_json() for anomaly in self.check.anomalies],
         }
 
@@ -77,12 +95,14 @@ def run_lab(
     workdir: Path,
     bootstrap: str | None = None,
     log: Log = lambda _line: None,
+    broker_fault: str | None = None,
+    produce_s: float = PRODUCE_S,
 ) -> list[RunResult]:
     """Every guarantee under every fault set, one fresh run (and broker) each."""
     results: list[RunResult] = []
     for fault_set in fault_sets:
         for guarantee in guarantees:
-            scenario = Scenario(guarantee, fault_set, messages, seed, bootstrap)
+            scenario = Scenario(guarantee, fault_set, messages, seed, bootstrap, broker_fault, produce_s)
             run_dir = workdir / f"run-{len(results)}-{guarantee}"
             run_dir.mkdir(parents=True, exist_ok=True)
             results.append(run_scenario(scenario, run_dir, log))
@@ -93,7 +113,9 @@ def run_scenario(scenario: Scenario, run_dir: Path, log: Log = lambda _line: Non
     """Runs one scenario in `run_dir` (history, logs, broker data) and checks its history."""
     if scenario.bootstrap is not None and faults.OWN_BROKER_FAULTS & set(scenario.faults):
         raise ValueError(f"{', '.join(sorted(faults.OWN_BROKER_FAULTS))} need the lab's own broker")
-    with FaultProxy(FaultPlan(seed=scenario.seed)) as proxy:
+    if scenario.bootstrap is not None and scenario.broker_fault is not None:
+        raise ValueError("a broker fault needs the lab's own broker")
+    with FaultProxy(FaultPlan(seed=scenario.seed, broker_fault=scenario.broker_fault)) as proxy:
         broker = None
         if scenario.bootstrap is None:
             broker = BrokerProcess(
@@ -141,6 +163,7 @@ class _Run:
         self.incarnations: dict[str, int] = {}
         self.finished: set[str] = set()
         self.injected: list[str] = []
+        self.broker_kills = 0
         self.rng = random.Random(scenario.seed)
 
     @property
@@ -160,7 +183,7 @@ class _Run:
         for future in admin.create_topics(topics).values():
             future.result(timeout=30)
         del admin  # its connections would only log the broker's planned deaths
-        plan = faults.schedule(scenario.faults, scenario.seed, PRODUCE_S, PRODUCERS, WORKERS)
+        plan = faults.schedule(scenario.faults, scenario.seed, scenario.produce_s, PRODUCERS, WORKERS)
         hangers: list[threading.Thread] = []
         try:
             for slot in range(WORKERS):
@@ -170,9 +193,14 @@ class _Run:
             started = time.monotonic()
             while plan or len(self.finished) < PRODUCERS:
                 while plan and plan[0].at_s <= time.monotonic() - started:
-                    hangers += self._inject(plan.pop(0))
+                    event = plan.pop(0)
+                    if self._starting(event):  # it could not yet take the signal: a little later
+                        later = dataclasses.replace(event, at_s=event.at_s + 0.1)
+                        bisect.insort(plan, later, key=lambda planned: planned.at_s)
+                        continue
+                    hangers += self._inject(event)
                 self._supervise()
-                if time.monotonic() - started > PRODUCE_S + DRAIN_TIMEOUT_S:
+                if time.monotonic() - started > scenario.produce_s + DRAIN_TIMEOUT_S:
                     break
                 time.sleep(0.05)
             for hanger in hangers:
@@ -181,14 +209,33 @@ class _Run:
         finally:
             for process in self.processes.values():
                 _kill(process)
+        effects = None
+        if scenario.broker_fault is not None:
+            effects = dataclasses.asdict(self.proxy.broker_faults)
+            self._report_broker_fault()
+        self.proxy.plan.broker_fault = None  # the final reads see the log as the broker keeps it
         self._final_reads()
-        result = check(read_history(self.history_dir), self.input, self.output)
+        events = read_history(self.history_dir)
+        result = check(events, self.input, self.output)
+        counts = coverage.measure(events, self.input, self.proxy.acks_lost, self.broker_kills)
+        read_committed = self.preset.consumer["isolation.level"] == "read_committed"
+        judged = coverage.verdicts(result, counts, read_committed)
         self.log(
             f"{scenario.guarantee}: produced {result.produced}, acknowledged {result.acknowledged}, "
             f"delivered {result.delivered}, lost {result.lost}, duplicated {result.duplicated}, "
-            f"aborted reads {result.aborted_reads}"
+            f"aborted reads {result.aborted_reads}; "
+            + ", ".join(f"{anomaly} {verdict}" for anomaly, verdict in judged.items())
         )
-        return RunResult(scenario, result, drained, self.injected)
+        return RunResult(scenario, result, drained, self.injected, counts, judged, effects)
+
+    def _report_broker_fault(self) -> None:
+        done = self.proxy.broker_faults
+        self.injected.append(
+            f"broker fault {self.scenario.broker_fault}: {done.fetches_rewritten} Fetch requests rewritten"
+            f" to read_uncommitted, {done.produces_dropped} Produce requests acknowledged and dropped"
+            f" ({len(done.dropped_values)} records), {done.produces_duplicated} duplicated"
+            f" ({len(done.duplicated_values)} records)"
+        )
 
     def _command(self, name: str, process: str) -> list[str]:
         role, slot = name.split("-")
@@ -206,7 +253,9 @@ class _Run:
         return [
             role, *common, "--topic", self.input, "--prefix", f"p{self.tag}-{slot}",
             "--start", str(self._next_number(name)), "--end", str(share),
-            "--rate", str(max(share / PRODUCE_S, 1.0)),
+            "--rate", str(max(share / self.scenario.produce_s, 1.0)),
+            "--abort-rate", str(faults.ABORT_RATE if self.preset.transactional else 0.0),
+            "--seed", str(self.scenario.seed),
         ]  # fmt: skip
 
     def _start(self, name: str) -> None:
@@ -241,6 +290,15 @@ class _Run:
                 continue
             self._start(name)
 
+    def _starting(self, event: faults.FaultEvent) -> bool:
+        """A client the event signals that has not yet created its history file (see
+        `workload.CrashPoints`), so would die of the signal at a point nobody chose."""
+        if event.action not in ("kill-producer", "kill-consumer"):
+            return False
+        name = f"{'producer' if event.action == 'kill-producer' else 'worker'}-{event.target}"
+        history = self.history_dir / f"{name}.{self.incarnations[name]}.jsonl"
+        return name not in self.finished and self.processes[name].poll() is None and not history.exists()
+
     def _inject(self, event: faults.FaultEvent) -> list[threading.Thread]:
         action = event.action
         if action in ("lose-acks", "stop-losing-acks"):
@@ -252,12 +310,17 @@ class _Run:
             if not on:
                 self.injected.append(f"proxy destroyed {self.proxy.responses_dropped} responses")
         elif action in ("kill-producer", "kill-consumer"):
+            # The process SIGKILLs itself at its next crash point (see `workload.CrashPoints`).
             name = f"{'producer' if action == 'kill-producer' else 'worker'}-{event.target}"
             if name not in self.finished and self.processes[name].poll() is None:
-                _kill(self.processes[name])
-                self.injected.append(f"{event.at_s:.1f}s SIGKILL {name}.{self.incarnations[name]}")
+                self.processes[name].send_signal(event.crash_signal)
+                point = "second" if event.crash_signal == faults.CRASH_SIGNALS[1] else "next"
+                self.injected.append(
+                    f"{event.at_s:.1f}s SIGKILL {name}.{self.incarnations[name]} at its {point} crash point"
+                )
         elif action == "kill-broker" and self.broker is not None:
             self.broker.kill()
+            self.broker_kills += 1
             self.injected.append(f"{event.at_s:.1f}s SIGKILL broker")
             time.sleep(self.rng.uniform(0.5, 1.5))  # clients keep sending into the void meanwhile
             self.broker.start()

@@ -6,11 +6,21 @@
 
 None has recovery code: on any error a process exits and the lab starts it again, as after a crash.
 Each one records what it did in its own history file (see `history.py`).
+
+The lab's crashes land where they matter: on SIGUSR1 (or SIGUSR2) a producer or worker SIGKILLs
+itself at its next crash point, recording a `crash` event first:
+- a producer right after a send (a transactional one after flushing its transaction, before the
+  commit: its records are in the log and the transaction will be aborted);
+- a worker before committing what it polled (after processing it, where the preset processes
+  first), or on SIGUSR2 after committing and before processing, where the preset commits first.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -34,6 +44,26 @@ FAST_RECOVERY: dict[str, str | int | bool] = {
     "metadata.recovery.strategy": "none",
 }
 TRANSACTION_SIZE = 5
+BEFORE_COMMIT, BEFORE_OUTPUT = "before-commit", "before-output"
+
+
+class CrashPoints:
+    """Where the lab's signal asks this process to die: SIGUSR1 at its first point, SIGUSR2 at its
+    second one (or the first, when it has one only). Installed before the history file is created:
+    the lab signals a process only once that file exists."""
+
+    def __init__(self, points: tuple[str, ...]) -> None:
+        self.armed: str | None = None
+        signal.signal(signal.SIGUSR1, lambda _signal, _frame: self._arm(points[0]))
+        signal.signal(signal.SIGUSR2, lambda _signal, _frame: self._arm(points[-1]))
+
+    def _arm(self, point: str) -> None:
+        self.armed = point
+
+    def reached(self, point: str, history: HistoryWriter) -> None:
+        if self.armed == point:
+            history.record("crash", point=point)
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def producer_config(bootstrap: str, preset: Preset, transactional_id: str) -> dict[str, str | int | bool]:
@@ -44,7 +74,9 @@ def producer_config(bootstrap: str, preset: Preset, transactional_id: str) -> di
     return config
 
 
-def _producer(args: argparse.Namespace, preset: Preset, history: HistoryWriter) -> None:
+def _producer(args: argparse.Namespace, preset: Preset, history: HistoryWriter, crash: CrashPoints) -> None:
+    # Seeded per incarnation, so that a run repeats its aborts.
+    aborts = random.Random(f"{args.seed}-{args.process}")
     producer = Producer(producer_config(args.bootstrap, preset, args.transactional_id))
     delivered: dict[str, tuple[int, int | None]] = {}
 
@@ -72,9 +104,18 @@ def _producer(args: argparse.Namespace, preset: Preset, history: HistoryWriter) 
             value = f"{args.prefix}-{number}"
             history.record("send", topic=args.topic, value=value)
             producer.produce(args.topic, key=value, value=value, on_delivery=on_delivery)
+            if not preset.transactional:
+                crash.reached(BEFORE_COMMIT, history)  # a send in flight, its ack not yet back
             producer.poll(0)
         if preset.transactional:
             producer.flush(60)
+            crash.reached(BEFORE_COMMIT, history)
+            if aborts.random() < args.abort_rate:
+                # Its records are in the log: read_committed readers must never see them.
+                producer.abort_transaction(60)
+                history.record("abort", topic=args.topic, values=sorted(delivered))
+                delivered.clear()
+                continue
             producer.commit_transaction(60)
             # Acknowledged only now: before the commit, the values could still be aborted.
             for value, (partition, offset) in delivered.items():
@@ -84,7 +125,8 @@ def _producer(args: argparse.Namespace, preset: Preset, history: HistoryWriter) 
         sys.exit(1)
 
 
-def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter) -> None:
+def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter, crash: CrashPoints) -> None:
+    commits_first = preset.commit == "before-processing"
     isolation = str(preset.consumer["isolation.level"])
     consumer = Consumer(
         {
@@ -118,9 +160,11 @@ def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter) ->
             records=[[message.partition(), message.offset(), _text(message)] for message in messages],
         )
         offsets = _next_offsets(args.input, messages)
-        if preset.commit == "before-processing":
+        if commits_first:
+            crash.reached(BEFORE_COMMIT, history)
             consumer.commit(offsets=offsets, asynchronous=False)
             _record_commit(history, args.input, offsets)
+            crash.reached(BEFORE_OUTPUT, history)
         time.sleep(args.processing_s)  # the work a real job does: a crash may land in it
         if preset.transactional:
             producer.begin_transaction()
@@ -128,12 +172,17 @@ def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter) ->
             value = _text(message)
             producer.produce(args.output, key=value, value=value)
         if preset.commit == "in-transaction":
+            # The output reaches the log first, so that a crash here leaves an aborted transaction.
+            producer.flush(60)
+            crash.reached(BEFORE_COMMIT, history)
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(60)
             _record_commit(history, args.input, offsets)
         elif producer.flush(60) != 0:
             sys.exit(1)
+        history.record("processed", topic=args.input, offsets=[[tp.partition, tp.offset] for tp in offsets])
         if preset.commit == "after-processing":
+            crash.reached(BEFORE_COMMIT, history)
             consumer.commit(offsets=offsets, asynchronous=False)
             _record_commit(history, args.input, offsets)
 
@@ -199,13 +248,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group", default="lab")
     parser.add_argument("--slot", type=int, default=0)
     parser.add_argument("--processing-s", type=float, default=0.05)
+    parser.add_argument("--abort-rate", type=float, default=0.0, help="share of transactions aborted")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    history = HistoryWriter(args.history, args.process)
     preset = PRESETS[args.preset]
+    commits_first = args.role == "worker" and preset.commit == "before-processing"
+    crash = CrashPoints((BEFORE_COMMIT, BEFORE_OUTPUT) if commits_first else (BEFORE_COMMIT,))
+    history = HistoryWriter(args.history, args.process)
     if args.role == "producer":
-        _producer(args, preset, history)
+        _producer(args, preset, history, crash)
     elif args.role == "worker":
-        _worker(args, preset, history)
+        _worker(args, preset, history, crash)
     else:
         _hanger(args, history)
 

@@ -106,3 +106,27 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
     _INT32.pack_into(frame, 0, len(frame) - 4)
     del frame
     return buffer.getvalue()
+
+
+def encode_request(header: Any, body: Any) -> bytes:
+    """A complete request frame, length prefix included: what `decode_request` reads back."""
+    write_header = _entity_writer(type(header))
+    write_body = _entity_writer(type(body))
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    write_header(buffer, header)
+    write_body(buffer, body)
+    frame = buffer.getbuffer()
+    _INT32.pack_into(frame, 0, len(frame) - 4)
+    del frame
+    return buffer.getvalue()
+
+
+_writers_by_class: dict[type[Any], Callable[..., None]] = {}
+
+
+def _entity_writer(entity_class: type[Any]) -> Callable[..., None]:
+    writer = _writers_by_class.get(entity_class)
+    if writer is None:
+        writer = _writers_by_class[entity_class] = entity_writer(entity_class)
+    return writer

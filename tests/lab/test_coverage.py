@@ -1,0 +1,95 @@
+"""Coverage counted from synthetic histories: each kind of killed incarnation is recognised, a
+client's last incarnation is left out, and a check without preconditions is "not tested"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onceflow.lab.checker import LOST_WRITE, Anomaly, CheckResult
+from onceflow.lab.coverage import CLEAN, FOUND, NOT_TESTED, measure, verdicts
+from onceflow.lab.history import Event
+
+
+def _event(type_: str, process: str, **fields: Any) -> Event:
+    return {"time": 0.0, "process": process, "type": type_, **fields}
+
+
+def _poll(process: str) -> Event:
+    return _event("poll", process, topic="input", isolation="read_committed", records=[[0, 0, "a"]])
+
+
+def _commit(process: str) -> Event:
+    return _event("commit", process, topic="input", offsets=[[0, 1]])
+
+
+def _processed(process: str) -> Event:
+    return _event("processed", process, topic="input", offsets=[[0, 1]])
+
+
+def _read(isolation: str, records: list[list[Any]], end: int) -> Event:
+    return _event("read", "final-read", topic="input", isolation=isolation, records=records, ends=[[0, end]])
+
+
+def test_killed_workers_are_told_apart_by_what_they_left_undone() -> None:
+    events = [
+        _poll("worker-0.0"),  # died before committing
+        *[_poll("worker-0.1"), _commit("worker-0.1")],  # died after committing, before output
+        *[_poll("worker-0.2"), _processed("worker-0.2"), _commit("worker-0.2")],  # finished its batch
+        _poll("worker-0.3"),  # the last incarnation: stopped by the lab after the drain
+    ]
+    counts = measure(events, "input", acks_lost=0, broker_kills=0)
+    assert counts["consumers_killed_before_commit"] == 1
+    assert counts["consumers_killed_before_output"] == 1
+
+
+def test_a_producer_killed_with_its_last_send_unsettled_was_killed_mid_batch() -> None:
+    def send(process: str, value: str) -> Event:
+        return _event("send", process, topic="input", value=value)
+
+    events = [
+        send("producer-0.0", "a"),  # killed with "a" in flight
+        *[send("producer-0.1", "b"), _event("ack", "producer-0.1", value="b")],
+        *[send("producer-0.2", "c"), _event("abort", "producer-0.2", values=["c"])],
+        send("producer-0.3", "d"),  # the last incarnation
+    ]
+    assert measure(events, "input", acks_lost=0, broker_kills=0)["producers_killed_mid_batch"] == 1
+
+
+def test_aborted_records_are_counted_from_the_final_reads_of_the_log() -> None:
+    committed = [[0, 0, "a"], [0, 3, "d"]]
+    events = [
+        _read("read_committed", committed, 5),
+        # "x" and "y" sit in an aborted transaction; "z" lies past the LSO, so it does not count.
+        _read("read_uncommitted", [[0, 0, "a"], [0, 1, "x"], [0, 2, "y"], [0, 3, "d"], [0, 6, "z"]], 7),
+    ]
+    assert measure(events, "input", acks_lost=2, broker_kills=1) == {
+        "aborted_records_in_log": 2,
+        "acks_lost": 2,
+        "broker_kills": 1,
+        "producers_killed_mid_batch": 0,
+        "consumers_killed_before_commit": 0,
+        "consumers_killed_before_output": 0,
+    }
+
+
+def test_a_check_without_preconditions_is_not_tested() -> None:
+    nothing = measure([], "input", acks_lost=0, broker_kills=0)
+    assert verdicts(CheckResult(3, 3, 3), nothing, read_committed=True) == {
+        "lost": NOT_TESTED,
+        "duplicated": NOT_TESTED,
+        "aborted_reads": NOT_TESTED,
+    }
+    # read_uncommitted readers cannot read an aborted record they should have skipped.
+    assert "aborted_reads" not in verdicts(CheckResult(3, 3, 3), nothing, read_committed=False)
+    some = {**nothing, "aborted_records_in_log": 4, "acks_lost": 1}
+    assert verdicts(CheckResult(3, 3, 3), some, read_committed=True) == {
+        "lost": CLEAN,
+        "duplicated": CLEAN,
+        "aborted_reads": CLEAN,
+    }
+
+
+def test_an_anomaly_found_is_found_whatever_the_coverage() -> None:
+    result = CheckResult(3, 3, 2, [Anomaly(LOST_WRITE, ["c"], [], "acknowledged, but not in the final read")])
+    nothing = measure([], "input", acks_lost=0, broker_kills=0)
+    assert verdicts(result, nothing, read_committed=False) == {"lost": FOUND, "duplicated": NOT_TESTED}
