@@ -17,8 +17,8 @@ Offsets never change: a cleaned segment has gaps, and a fetch inside one gets th
 A batch keeps its base and last offset and its producer fields even when records leave it,
 and the last batch of every producer stays, even empty (Kafka's RETAIN_EMPTY), so producer
 state rebuilt from the log keeps the right sequences. A marker stays while its transaction
-has records left. The tombstone horizon is the batch's timestamp plus `delete.retention.ms`
-(Kafka 3.1+ stamps a horizon into the batch when it first cleans it instead).
+has records left. A tombstone goes once its timestamp is `delete.retention.ms` old, a marker
+once its batch's is (Kafka 3.1+ stamps a horizon into the batch when it first cleans it).
 """
 
 from __future__ import annotations
@@ -201,9 +201,9 @@ def _write_segments(plan: CleaningPlan, latest: dict[bytes, int], result: Cleani
                         if record.key is not None and latest.get(record.key) != record.offset:
                             continue
                         if record.value is None:
-                            if header.max_timestamp < horizon_ms:
+                            if record.timestamp < horizon_ms:
                                 continue
-                            horizons.append(header.max_timestamp + delete_retention_ms)
+                            horizons.append(record.timestamp + delete_retention_ms)
                         kept_records.append(encoded)
                 result.records_removed += header.record_count - len(kept_records)
                 producers_last = (
