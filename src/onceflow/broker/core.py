@@ -338,7 +338,12 @@ class Broker:
             abandon(plan)
             log.exception("cleaning %s failed; it is tried again later", partition.directory)
             return False
-        swap_in(plan, result)
+        try:
+            swap_in(plan, result)
+        except OSError:
+            # Segments swapped so far are in place; the rest is found again by the next round.
+            log.exception("swapping cleaned segments of %s in failed", partition.directory)
+            return False
         log.info(
             "cleaned %d segments of %s: %d bytes to %d, %d records removed",
             result.segments,

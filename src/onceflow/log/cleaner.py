@@ -106,9 +106,10 @@ def swap_in(plan: CleaningPlan, result: CleaningResult) -> CleaningResult:
     """Step 3, on the appending thread. A segment that retention or a topic deletion took
     away meanwhile is left alone (its cleaned copy is deleted)."""
     log = plan.log
+    for _, cleaned in result.written:
+        cleaned.close()  # written and fsynced; the swapped-in segment opens the files anew
     try:
         for old, cleaned in result.written:
-            cleaned.close()
             if log.closed or old not in log.segments:
                 with contextlib.suppress(OSError):
                     cleaned.delete_files()
