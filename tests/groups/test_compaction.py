@@ -3,8 +3,12 @@ group coordinator, transactional commits and deleted groups included."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from onceflow.coordinator.group import (
@@ -18,6 +22,7 @@ from onceflow.coordinator.runtime import PartitionCoordinatorLog
 from onceflow.log.cleaner import clean_log
 from onceflow.log.config import LogConfig
 from onceflow.log.manager import LogManager
+from tests.conftest import BrokerProcess
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
 PARTITIONS = {P0, P1}.__contains__
@@ -59,3 +64,33 @@ def test_a_compacted_offsets_log_replays_to_the_same_offsets(tmp_path: Path) -> 
     assert [staged.group_id for staged in replayed.staged_offsets(11)] == ["open"]
     assert replayed.staged_offsets(9) == []
     logs.close()
+
+
+def test_the_broker_compacts_its_offsets_topic_and_restarts_with_the_last_commits(tmp_path: Path) -> None:
+    settings = {"log.cleaner.backoff.ms": "50", "offsets.topic.segment.bytes": "2048"}
+    process = BrokerProcess(tmp_path / "data", settings=settings).start()
+    try:
+        bootstrap = {"bootstrap.servers": process.bootstrap_servers}
+        admin = AdminClient(bootstrap)
+        admin.create_topics([NewTopic("t", 2, 1)])["t"].result(timeout=30)
+        consumer = Consumer({**bootstrap, "group.id": "g", "enable.auto.commit": False})
+        for offset in range(1, 201):
+            consumer.commit(offsets=[KafkaPartition("t", offset % 2, offset)], asynchronous=False)
+        consumer.close()
+        directory = tmp_path / "data" / f"{CONSUMER_OFFSETS_TOPIC}-0"
+
+        def log_bytes() -> int:
+            return sum(path.stat().st_size for path in directory.glob("*.log"))
+
+        written = log_bytes()
+        deadline = time.monotonic() + 30
+        while log_bytes() > written / 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert log_bytes() <= written / 2  # the background cleaner compacted it
+        process.restart()
+        consumer = Consumer({**bootstrap, "group.id": "g"})
+        committed = consumer.committed([KafkaPartition("t", 0), KafkaPartition("t", 1)], timeout=30)
+        assert [partition.offset for partition in committed] == [200, 199]
+        consumer.close()
+    finally:
+        process.kill()
