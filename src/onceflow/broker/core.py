@@ -324,26 +324,26 @@ class Broker:
         while True:
             await asyncio.sleep(backoff_s)
             for _, _, partition in self.logs.partitions():
-                await self.clean(partition)
+                await self._clean(partition)
 
-    async def clean(self, partition: PartitionLog, force: bool = False) -> bool:
-        """Clean one partition if it is due (always when `force`); whether it was cleaned."""
-        plan = plan_cleaning(partition, now_ms(), force)
+    async def _clean(self, partition: PartitionLog) -> None:
+        """Clean one partition if it is due: the writing on the cleaner's thread."""
+        plan = plan_cleaning(partition, now_ms())
         if plan is None:
-            return False
+            return
         loop = asyncio.get_running_loop()
         try:
             result = await loop.run_in_executor(self._cleaner_thread, write_cleaned_segments, plan)
         except Exception:
             abandon(plan)
             log.exception("cleaning %s failed; it is tried again later", partition.directory)
-            return False
+            return
         try:
             swap_in(plan, result)
         except OSError:
             # Segments swapped so far are in place; the rest is found again by the next round.
             log.exception("swapping cleaned segments of %s in failed", partition.directory)
-            return False
+            return
         log.info(
             "cleaned %d segments of %s: %d bytes to %d, %d records removed",
             result.segments,
@@ -352,7 +352,6 @@ class Broker:
             result.bytes_after,
             result.records_removed,
         )
-        return True
 
 
 def high_watermark(log: PartitionLog) -> int:
