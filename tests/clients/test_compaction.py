@@ -168,7 +168,8 @@ def test_transactions_in_a_compacted_topic_read_committed_after_cleaning(tmp_pat
 
 @pytest.mark.parametrize("failpoint", ["cleaner.before-swap", "cleaner.mid-swap"])
 def test_a_sigkill_in_the_middle_of_a_clean_loses_nothing(tmp_path: Path, failpoint: str) -> None:
-    process = BrokerProcess(tmp_path / "data", settings=CLEANER, env={"ONCEFLOW_FAILPOINTS": failpoint})
+    # Written with the cleaner off, so that its kill cannot interrupt the writes.
+    process = BrokerProcess(tmp_path / "data", settings={**CLEANER, "log.cleaner.enable": "false"})
     process.start()
     try:
         _create(process.bootstrap_servers)
@@ -181,6 +182,9 @@ def test_a_sigkill_in_the_middle_of_a_clean_loses_nothing(tmp_path: Path, failpo
                 _produce(producer, key, f"{key}{round_}", offsets)
         assert producer.flush(30) == 0
         _roll_past(process.bootstrap_servers)
+        process.terminate()
+        process.settings, process.env = CLEANER, {"ONCEFLOW_FAILPOINTS": failpoint}
+        process.start()
         assert process.process is not None
         assert process.process.wait(timeout=30) == -9  # killed at the failpoint by the cleaner
         directory = tmp_path / "data" / f"{TOPIC}-0"
@@ -191,7 +195,6 @@ def test_a_sigkill_in_the_middle_of_a_clean_loses_nothing(tmp_path: Path, failpo
         assert not {".cleaned", ".swap"} & {path.suffix for path in directory.iterdir()}
         expected = sorted((offsets[key], key, f"{key}5") for key in ("a", "b", "c"))
         rows = _read_confluent(process.bootstrap_servers)
-        # Before the swap, nothing was cleaned yet; after it, the swap was finished at start-up.
         latest = {key: (offset, value) for offset, key, value in rows}
         assert sorted((offset, key, value) for key, (offset, value) in latest.items()) == expected
         _eventually(lambda: _read_confluent(process.bootstrap_servers), expected)
