@@ -57,7 +57,7 @@ class CleaningResult:
 
 
 def plan_cleaning(log: PartitionLog, now_ms: int, force: bool = False) -> CleaningPlan | None:
-    """What to clean now, or None. `force` ignores the dirty ratio (tests, operators)."""
+    """What to clean now, or None. `force` ignores the dirty ratio (tests, the benchmark)."""
     if not log.config.compact or log.closed or log.cleaning:
         return None
     segments = log.cleanable_segments(now_ms)
