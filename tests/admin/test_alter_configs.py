@@ -114,13 +114,17 @@ def test_incremental_operations_and_errors(broker: EmbeddedBroker) -> None:
     assert _described(admin, "ops")[key] == ("1:0", DYNAMIC)
     _incremental(admin, "ops", ("cleanup.policy", "delete", APPEND))  # already there: unchanged
     assert _described(admin, "ops")["cleanup.policy"] == ("delete", DYNAMIC)
+    _incremental(admin, "ops", ("cleanup.policy", "compact", APPEND))
+    assert _described(admin, "ops")["cleanup.policy"] == ("delete,compact", DYNAMIC)
+    # Applied to the live partition: a compacted topic refuses records without a key.
+    assert _produce(broker.bootstrap_servers, "ops", 10) == KafkaError.INVALID_RECORD
 
     invalid_config = KafkaError.INVALID_CONFIG
     assert _error(_incremental, admin, "ops", ("retention.ms", "1", APPEND)) == invalid_config
     assert _error(_incremental, admin, "ops", ("no.such.key", "1", SET)) == invalid_config
     assert _error(_incremental, admin, "ops", ("retention.ms", "soon", SET)) == invalid_config
     assert _error(_incremental, admin, "ops", ("min.insync.replicas", "0", SET)) == invalid_config
-    assert _error(_incremental, admin, "ops", ("cleanup.policy", "compact", SET)) == invalid_config
+    assert _error(_incremental, admin, "ops", ("cleanup.policy", "shred", SET)) == invalid_config
     assert (
         _error(_incremental, admin, "missing", ("retention.ms", "1", SET)) == KafkaError.UNKNOWN_TOPIC_OR_PART
     )

@@ -37,6 +37,7 @@ from onceflow.coordinator.transaction import (
     TransactionCoordinator,
     TxnReply,
 )
+from onceflow.log.cleaner import abandon, plan_cleaning, swap_in, write_cleaned_segments
 from onceflow.log.log import PartitionLog
 from onceflow.log.manager import LogManager
 
@@ -66,15 +67,23 @@ class Broker:
         # One timer at the groups' next deadline, so that sessions and rebalances time out on time.
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at_ms: int | None = None
+        offsets_config = {
+            **CONSUMER_OFFSETS_CONFIG,
+            "segment.bytes": config.get("offsets.topic.segment.bytes"),
+        }
         self.groups = GroupCoordinator(
-            PartitionCoordinatorLog.open(self.logs, CONSUMER_OFFSETS_TOPIC, CONSUMER_OFFSETS_CONFIG),
+            PartitionCoordinatorLog.open(self.logs, CONSUMER_OFFSETS_TOPIC, offsets_config),
             lambda partition: self.logs.get(*partition) is not None,
             GroupConfig.from_kafka(config.props),
             now_ms(),
             self._schedule_group_timer,
         )
+        txn_log_config = {
+            **TRANSACTION_LOG_CONFIG,
+            "segment.bytes": config.get("transaction.state.log.segment.bytes"),
+        }
         self.transactions = TransactionCoordinator(
-            PartitionCoordinatorLog.open(self.logs, TRANSACTION_LOG, TRANSACTION_LOG_CONFIG),
+            PartitionCoordinatorLog.open(self.logs, TRANSACTION_LOG, txn_log_config),
             BrokerTransactionPartitions(self.logs, self.groups),
             self.producer_ids.allocate,
             config.get_int("transaction.max.timeout.ms"),
@@ -95,6 +104,8 @@ class Broker:
         self._fsync_threads = ThreadPoolExecutor(
             max_workers=FSYNC_THREADS, thread_name_prefix="onceflow-fsync"
         )
+        # Cleaning reads and writes whole segments: one thread of its own, as Kafka's cleaner.
+        self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-cleaner")
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle -------------------------------------------------------------
@@ -109,6 +120,8 @@ class Broker:
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             asyncio.create_task(self._transaction_sweep(), name="transaction-sweep"),
         ]
+        if self.config.get_bool("log.cleaner.enable"):
+            self._tasks.append(asyncio.create_task(self._log_cleaner(), name="log-cleaner"))
         self._fire_group_timers()  # sessions of members replayed from the log
         for transactional_id in self.transactions.pending_completions():
             self.complete_transaction(transactional_id)  # prepared before a crash
@@ -125,6 +138,7 @@ class Broker:
             waiter.cancel()
         await asyncio.get_running_loop().run_in_executor(self._fsync_threads, self.logs.close)
         self._fsync_threads.shutdown(wait=True)
+        self._cleaner_thread.shutdown(wait=True)
 
     # -- transactions ----------------------------------------------------------
     def settle(self, reply: TxnReply[Any]) -> Awaitable[None]:
@@ -302,6 +316,42 @@ class Broker:
                         now_ms(), partition.config.producer_id_expiration_ms
                     )
                 next_expiry = time.monotonic() + expiry_interval_s
+
+    async def _log_cleaner(self) -> None:
+        """Compact the logs of `cleanup.policy=compact` topics, one partition at a time, every
+        log.cleaner.backoff.ms (Kafka's cleaner sleeps that long when it finds nothing to do)."""
+        backoff_s = self.config.get_int("log.cleaner.backoff.ms") / 1000
+        while True:
+            await asyncio.sleep(backoff_s)
+            for _, _, partition in self.logs.partitions():
+                await self._clean(partition)
+
+    async def _clean(self, partition: PartitionLog) -> None:
+        """Clean one partition if it is due: the writing on the cleaner's thread."""
+        plan = plan_cleaning(partition, now_ms())
+        if plan is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(self._cleaner_thread, write_cleaned_segments, plan)
+        except Exception:
+            abandon(plan)
+            log.exception("cleaning %s failed; it is tried again later", partition.directory)
+            return
+        try:
+            swap_in(plan, result)
+        except OSError:
+            # Segments swapped so far are in place; the rest is found again by the next round.
+            log.exception("swapping cleaned segments of %s in failed", partition.directory)
+            return
+        log.info(
+            "cleaned %d segments of %s: %d bytes to %d, %d records removed",
+            result.segments,
+            partition.directory.name,
+            result.bytes_before,
+            result.bytes_after,
+            result.records_removed,
+        )
 
 
 def high_watermark(log: PartitionLog) -> int:

@@ -24,6 +24,10 @@ _LOG_FIELDS = {
     "retention.bytes": ("retention_bytes", ("log.retention.bytes",)),
     "max.message.bytes": ("max_message_bytes", ("message.max.bytes",)),
     "flush.ms": ("flush_interval_ms", ("log.flush.interval.ms",)),
+    "cleanup.policy": ("cleanup_policy", ("log.cleanup.policy",)),
+    "delete.retention.ms": ("delete_retention_ms", ("log.cleaner.delete.retention.ms",)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", ("log.cleaner.min.compaction.lag.ms",)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", ("log.cleaner.min.cleanable.ratio",)),
 }
 
 _KAFKA_LOG_DEFAULTS = LogConfig()
@@ -36,6 +40,10 @@ BROKER_LOG_DEFAULTS = {
     "message.max.bytes": str(_KAFKA_LOG_DEFAULTS.max_message_bytes),
     "producer.id.expiration.ms": str(_KAFKA_LOG_DEFAULTS.producer_id_expiration_ms),
     "log.flush.interval.ms": str(_KAFKA_LOG_DEFAULTS.flush_interval_ms),
+    "log.cleanup.policy": _KAFKA_LOG_DEFAULTS.cleanup_policy,
+    "log.cleaner.delete.retention.ms": str(_KAFKA_LOG_DEFAULTS.delete_retention_ms),
+    "log.cleaner.min.compaction.lag.ms": str(_KAFKA_LOG_DEFAULTS.min_compaction_lag_ms),
+    "log.cleaner.min.cleanable.ratio": str(_KAFKA_LOG_DEFAULTS.min_cleanable_dirty_ratio),
 }
 _INT, _LONG, _BOOLEAN, _STRING = ConfigType.INT, ConfigType.LONG, ConfigType.BOOLEAN, ConfigType.STRING
 BROKER_KEY_TYPES: dict[str, ConfigType] = {
@@ -67,6 +75,14 @@ BROKER_KEY_TYPES: dict[str, ConfigType] = {
     "message.max.bytes": _INT,
     "producer.id.expiration.ms": _INT,
     "log.flush.interval.ms": _LONG,
+    "log.cleanup.policy": ConfigType.LIST,
+    "log.cleaner.delete.retention.ms": _LONG,
+    "log.cleaner.min.compaction.lag.ms": _LONG,
+    "log.cleaner.min.cleanable.ratio": ConfigType.DOUBLE,
+    "log.cleaner.enable": _BOOLEAN,
+    "log.cleaner.backoff.ms": _LONG,
+    "offsets.topic.segment.bytes": _INT,
+    "transaction.state.log.segment.bytes": _INT,
 }
 
 

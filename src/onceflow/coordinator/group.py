@@ -54,8 +54,10 @@ from onceflow.coordinator.group_records import (
     GroupDeleted,
     GroupStored,
     OffsetCommitted,
-    OffsetDeleted,
+    OffsetCommittedInTransaction,
+    OffsetRemoved,
     OffsetStaged,
+    StagedOffsetRemoved,
     StoredMember,
     TransactionCompleted,
     decode,
@@ -67,8 +69,8 @@ from onceflow.log.errors import LogError
 _log = logging.getLogger(__name__)
 
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
-# Kept forever: without compaction, the whole log is the state.
-CONSUMER_OFFSETS_CONFIG = {"retention.ms": "-1"}
+# Compacted, as in Kafka: the last record of every key is the state, so replay stays short.
+CONSUMER_OFFSETS_CONFIG = {"cleanup.policy": "compact"}
 # A new member cannot heartbeat while its first JoinGroup waits; Kafka bounds that wait so.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 
@@ -375,7 +377,18 @@ class GroupCoordinator:
         Raises LogError when the outcome cannot be written; nothing changed then, so retry."""
         if producer_id not in self._groups_by_producer:
             return []
-        self._runtime.write([TransactionCompleted(producer_id, commit)], now_ms)
+        records: list[CoordinatorRecord] = [TransactionCompleted(producer_id, commit)]
+        if commit:
+            # Written out, not left to the staged records: compaction may drop those.
+            for group_id in self._groups_by_producer[producer_id]:
+                group = self._groups[group_id]
+                for partition, staged in group.pending_offsets[producer_id].items():
+                    current = group.offsets.get(partition)
+                    if current is None or current.log_offset < staged.log_offset:
+                        records.append(
+                            OffsetCommittedInTransaction(group_id, partition, staged.value, staged.log_offset)
+                        )
+        self._runtime.write(records, now_ms)
         return [self.log]
 
     def has_pending_offsets(self, group_id: str, topic: str, partition: int) -> bool:
@@ -456,7 +469,9 @@ class GroupCoordinator:
         doomed = [group_id for group_id, error in results.items() if error is ErrorCode.none]
         if doomed:
             try:
-                self._runtime.write([GroupDeleted(group_id) for group_id in doomed], now_ms)
+                self._runtime.write(
+                    [record for group_id in doomed for record in self._deletion(group_id)], now_ms
+                )
             except LogError as failure:
                 return results | dict.fromkeys(doomed, _coordinator_error(failure))
         return results
@@ -485,7 +500,7 @@ class GroupCoordinator:
         doomed = [p for p, error in results.items() if error is ErrorCode.none and p in group.offsets]
         if doomed:
             try:
-                self._runtime.write([OffsetDeleted(group_id, partition) for partition in doomed], now_ms)
+                self._runtime.write([OffsetRemoved(group_id, partition) for partition in doomed], now_ms)
             except LogError as failure:
                 return _coordinator_error(failure), {}
         return ErrorCode.none, results
@@ -521,6 +536,18 @@ class GroupCoordinator:
         self._maybe_complete_join(group, now_ms)
         if group.sync_deadline_ms is not None and group.sync_deadline_ms <= now_ms:
             self._expire_pending_sync(group, now_ms)
+
+    def _deletion(self, group_id: str) -> list[CoordinatorRecord]:
+        """A tombstone for every key of the group: once compaction has dropped the group's
+        tombstone, no older record of it may bring it back."""
+        group = self._groups[group_id]
+        records: list[CoordinatorRecord] = [OffsetRemoved(group_id, partition) for partition in group.offsets]
+        records += [
+            StagedOffsetRemoved(group_id, producer_id, partition)
+            for producer_id, staged in group.pending_offsets.items()
+            for partition in staged
+        ]
+        return [*records, GroupDeleted(group_id)]
 
     def _forget_if_unused(self, group: Group) -> None:
         """Drop a group that never completed a rebalance and holds nothing (say, created by a
@@ -926,23 +953,29 @@ class GroupCoordinator:
             case OffsetCommitted(group_id, partition, offset):
                 group = self._groups.setdefault(group_id, Group(group_id))
                 group.offsets[partition] = StoredOffset(offset, log_offset)
-            case OffsetDeleted(group_id, partition):
+            case OffsetCommittedInTransaction(group_id, partition, offset, staged_at):
+                group = self._groups.setdefault(group_id, Group(group_id))
+                group.offsets[partition] = StoredOffset(offset, staged_at)
+            case OffsetRemoved(group_id, partition):
                 emptied = self._groups.get(group_id)
                 if emptied is not None:
                     emptied.offsets.pop(partition, None)
+                    # OffsetDelete that leaves an empty group with nothing removes the group.
                     unused = not (emptied.pending_members or emptied.offsets or emptied.pending_offsets)
                     if emptied.state is GroupState.EMPTY and unused:
                         del self._groups[group_id]
+            case StagedOffsetRemoved(group_id, producer_id, partition):
+                self._remove_staged(group_id, producer_id, partition)
             case OffsetStaged(group_id, producer_id, producer_epoch, partition, offset):
                 group = self._groups.setdefault(group_id, Group(group_id))
                 staged = group.pending_offsets.setdefault(producer_id, {})
                 staged[partition] = StoredOffset(offset, log_offset, producer_epoch)
                 self._groups_by_producer.setdefault(producer_id, set()).add(group_id)
-            case TransactionCompleted(producer_id, commit):
+            case TransactionCompleted(producer_id, commit, offsets_logged):
                 for group_id in self._groups_by_producer.pop(producer_id, set()):
                     group = self._groups[group_id]
                     staged = group.pending_offsets.pop(producer_id)
-                    if commit:
+                    if commit and not offsets_logged:
                         for partition, stored in staged.items():
                             current = group.offsets.get(partition)
                             if current is None or current.log_offset < stored.log_offset:
@@ -956,6 +989,19 @@ class GroupCoordinator:
                         del self._groups_by_producer[producer_id]
             case GroupStored():
                 self._load_group(record)
+
+    def _remove_staged(self, group_id: str, producer_id: int, partition: TopicPartition) -> None:
+        group = self._groups.get(group_id)
+        staged = group.pending_offsets.get(producer_id) if group is not None else None
+        if group is None or staged is None:
+            return
+        staged.pop(partition, None)
+        if not staged:
+            del group.pending_offsets[producer_id]
+            producers = self._groups_by_producer[producer_id]
+            producers.discard(group_id)
+            if not producers:
+                del self._groups_by_producer[producer_id]
 
     def _load_group(self, record: GroupStored) -> None:
         group = self._groups.setdefault(record.group_id, Group(record.group_id))

@@ -3,13 +3,20 @@
 Each key and value is a format-version byte followed by JSON. The key says what the record
 is about; replaying every record in log order rebuilds the coordinator's state:
 
-    ["offset", group, topic, partition]                 a committed offset; a null value
-                                                        deletes it (OffsetDelete)
-    ["txn_offset", group, producer id, topic, partition] an offset staged by a transaction
-    ["txn_end", producer id]                            {"commit": bool}: apply or drop what
-                                                        that producer staged, in every group
+    ["offset", group, topic, partition]                 a committed offset; null: deleted
+                                                        (OffsetDelete, or its group deleted)
+    ["txn_offset", group, producer id, topic, partition] an offset staged by a transaction;
+                                                        null: deleted
+    ["txn_end", producer id]                            {"commit": bool}: drop what that
+                                                        producer staged, in every group
     ["group", group]                                    the group after a rebalance; a null
                                                         value deletes the group and its offsets
+
+The topic is compacted, so only the last record of each key is sure to survive, and the state
+must follow from those alone. So a committed transaction writes its offsets again as "offset"
+records next to its "txn_end" (with the log offset they were staged at, which decides between
+commits), and deleting a group writes a tombstone for each of its offset keys. A "txn_end"
+without `offsets_logged`, from before compaction, still applies what the producer staged.
 """
 
 from __future__ import annotations
@@ -36,8 +43,25 @@ class OffsetCommitted:
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetDeleted:
+class OffsetCommittedInTransaction:
+    """A staged offset that its transaction's commit made the group's."""
+
     group_id: str
+    partition: TopicPartition
+    offset: OffsetAndMetadata
+    staged_at: int  # the log offset of the OffsetStaged record
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRemoved:
+    group_id: str
+    partition: TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class StagedOffsetRemoved:
+    group_id: str
+    producer_id: int
     partition: TopicPartition
 
 
@@ -54,6 +78,7 @@ class OffsetStaged:
 class TransactionCompleted:
     producer_id: int
     commit: bool
+    offsets_logged: bool = True  # False only in records written before compaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +109,14 @@ class GroupDeleted:
 
 
 CoordinatorRecord = (
-    OffsetCommitted | OffsetDeleted | OffsetStaged | TransactionCompleted | GroupStored | GroupDeleted
+    OffsetCommitted
+    | OffsetCommittedInTransaction
+    | OffsetRemoved
+    | OffsetStaged
+    | StagedOffsetRemoved
+    | TransactionCompleted
+    | GroupStored
+    | GroupDeleted
 )
 
 
@@ -95,15 +127,21 @@ def encode(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
         case OffsetCommitted(group_id, (topic, partition), offset):
             key = ["offset", group_id, topic, partition]
             value = _offset_json(offset)
-        case OffsetDeleted(group_id, (topic, partition)):
+        case OffsetCommittedInTransaction(group_id, (topic, partition), offset, staged_at):
+            key = ["offset", group_id, topic, partition]
+            value = {**_offset_json(offset), "staged_at": staged_at}
+        case OffsetRemoved(group_id, (topic, partition)):
             key = ["offset", group_id, topic, partition]
             value = None
         case OffsetStaged(group_id, producer_id, producer_epoch, (topic, partition), offset):
             key = ["txn_offset", group_id, producer_id, topic, partition]
             value = {**_offset_json(offset), "producer_epoch": producer_epoch}
-        case TransactionCompleted(producer_id, commit):
+        case StagedOffsetRemoved(group_id, producer_id, (topic, partition)):
+            key = ["txn_offset", group_id, producer_id, topic, partition]
+            value = None
+        case TransactionCompleted(producer_id, commit, offsets_logged):
             key = ["txn_end", producer_id]
-            value = {"commit": commit}
+            value = {"commit": commit, "offsets_logged": offsets_logged}
         case GroupStored():
             key = ["group", record.group_id]
             value = {
@@ -124,10 +162,16 @@ def decode(key: bytes | None, value: bytes | None) -> CoordinatorRecord:
         fields = _unpack(key)
         body = None if value is None else _unpack(value)
         match fields:
+            case ["offset", str(group_id), str(topic), int(partition)] if body is None:
+                return OffsetRemoved(group_id, TopicPartition(topic, partition))
+            case ["offset", str(group_id), str(topic), int(partition)] if body and "staged_at" in body:
+                return OffsetCommittedInTransaction(
+                    group_id, TopicPartition(topic, partition), _offset(body), body["staged_at"]
+                )
             case ["offset", str(group_id), str(topic), int(partition)] if body is not None:
                 return OffsetCommitted(group_id, TopicPartition(topic, partition), _offset(body))
-            case ["offset", str(group_id), str(topic), int(partition)]:
-                return OffsetDeleted(group_id, TopicPartition(topic, partition))
+            case ["txn_offset", str(group_id), int(producer_id), str(topic), int(partition)] if body is None:
+                return StagedOffsetRemoved(group_id, producer_id, TopicPartition(topic, partition))
             case ["txn_offset", str(group_id), int(producer_id), str(topic), int(partition)] if body:
                 return OffsetStaged(
                     group_id,
@@ -137,7 +181,9 @@ def decode(key: bytes | None, value: bytes | None) -> CoordinatorRecord:
                     _offset(body),
                 )
             case ["txn_end", int(producer_id)] if body is not None:
-                return TransactionCompleted(producer_id, bool(body["commit"]))
+                return TransactionCompleted(
+                    producer_id, bool(body["commit"]), bool(body.get("offsets_logged", False))
+                )
             case ["group", str(group_id)] if body is None:
                 return GroupDeleted(group_id)
             case ["group", str(group_id)]:

@@ -42,7 +42,8 @@ from onceflow.log.errors import LogError
 _log = logging.getLogger(__name__)
 
 TRANSACTION_LOG = "__transaction_state"
-TRANSACTION_LOG_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
+# Compacted, as in Kafka: each record is a transactional id's whole state (or its tombstone).
+TRANSACTION_LOG_CONFIG = {"cleanup.policy": "compact"}
 # An epoch is an int16; Kafka issues a new producer id before the epoch would reach the top.
 MAX_EPOCH = 32766
 

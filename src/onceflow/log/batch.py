@@ -289,27 +289,63 @@ def control_batch_is_commit(batch: bytes) -> bool:
 
 def decode_records(batch: bytes) -> list[Record]:
     """Every record of one batch, decompressed when needed."""
+    return [record for record, _ in decode_records_with_bytes(batch)]
+
+
+def decode_records_with_bytes(batch: bytes | bytearray) -> list[tuple[Record, bytes]]:
+    """Every record of one batch with its encoded bytes (length prefix included), which stay
+    valid in any batch with the same base offset and base timestamp."""
     header = parse_batch_header(batch)
     try:
         data = _decompress(header.attributes & _COMPRESSION_MASK, bytes(batch[HEADER_SIZE : header.size]))
         records = []
         position = 0
         for _ in range(header.record_count):
+            start = position
             length, position = _read_varint(data, position)
             next_record = position + length
             timestamp_delta, position = _read_varint(data, position + 1)
             offset_delta, position = _read_varint(data, position)
             key, position = _read_bytes(data, position)
             value, position = _read_bytes(data, position)
-            records.append(
-                Record(header.base_offset + offset_delta, header.base_timestamp + timestamp_delta, key, value)
+            record = Record(
+                header.base_offset + offset_delta, header.base_timestamp + timestamp_delta, key, value
             )
+            records.append((record, data[start:next_record]))
             position = next_record
     except (IndexError, struct.error, cramjam.DecompressionError) as error:
         raise CorruptRecordError(
             f"cannot read the records of the batch at {header.base_offset}: {error}"
         ) from error
     return records
+
+
+def rebuild_batch(header: BatchHeader, encoded_records: list[bytes]) -> bytearray:
+    """`header`'s batch holding only `encoded_records`, uncompressed, with the same base and
+    last offset (so producer sequences still line up), timestamps and producer fields. The
+    log cleaner writes these; an empty one keeps a producer's last sequence (Kafka's
+    RETAIN_EMPTY)."""
+    body = b"".join(encoded_records)
+    batch = bytearray(
+        _HEADER.pack(
+            header.base_offset,
+            HEADER_SIZE - LOG_OVERHEAD + len(body),
+            header.partition_leader_epoch,
+            MAGIC,
+            0,
+            header.attributes & ~_COMPRESSION_MASK,
+            header.last_offset_delta,
+            header.base_timestamp,
+            header.max_timestamp,
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            len(encoded_records),
+        )
+    )
+    batch += body
+    struct.pack_into(">I", batch, CRC_START - 4, crc32c(memoryview(batch)[CRC_START:]))
+    return batch
 
 
 def _read_bytes(data: bytes, position: int) -> tuple[bytes | None, int]:

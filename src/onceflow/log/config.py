@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 _INT32_MAX = 2**31 - 1
 
@@ -19,6 +19,19 @@ class LogConfig:
     max_message_bytes: int = 1_048_588
     producer_id_expiration_ms: int = 86_400_000
     flush_interval_ms: int = 1000
+    # "delete", "compact" or both ("compact,delete"), as given.
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    min_cleanable_dirty_ratio: float = 0.5
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in _policies(self.cleanup_policy)
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in _policies(self.cleanup_policy)
 
     @classmethod
     def from_kafka(cls, props: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
@@ -27,7 +40,7 @@ class LogConfig:
         Later entries of the key table win, so `log.retention.ms` beats minutes and hours
         (as in Kafka), and topic keys beat broker keys.
         """
-        changes: dict[str, int] = {}
+        changes: dict[str, Any] = {}
         for key in _KEYS:
             raw = props.get(key.name)
             if raw is None:
@@ -40,6 +53,15 @@ class LogConfig:
             if key.maximum is not None and value > key.maximum:
                 raise ValueError(f"{key.name} must be at most {key.maximum}, got {raw!r}")
             changes[key.field] = value
+        for name in ("log.cleanup.policy", "cleanup.policy"):
+            if name in props:
+                policy = str(props[name]).strip()
+                if not _policies(policy) or not _policies(policy) <= {"compact", "delete"}:
+                    raise ValueError(f"{name} must be delete, compact or both, got {policy!r}")
+                changes["cleanup_policy"] = policy
+        for name in ("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio"):
+            if name in props:
+                changes["min_cleanable_dirty_ratio"] = _parse_ratio(name, props[name])
         return dataclasses.replace(base or cls(), **changes)
 
 
@@ -68,7 +90,25 @@ _KEYS = (
     _Key("producer.id.expiration.ms", "producer_id_expiration_ms", 1, _INT32_MAX),
     _Key("log.flush.interval.ms", "flush_interval_ms", 0),
     _Key("flush.ms", "flush_interval_ms", 0),
+    _Key("log.cleaner.delete.retention.ms", "delete_retention_ms", 0),
+    _Key("delete.retention.ms", "delete_retention_ms", 0),
+    _Key("log.cleaner.min.compaction.lag.ms", "min_compaction_lag_ms", 0),
+    _Key("min.compaction.lag.ms", "min_compaction_lag_ms", 0),
 )
+
+
+def _policies(policy: str) -> set[str]:
+    return {item.strip() for item in policy.split(",") if item.strip()}
+
+
+def _parse_ratio(key: str, raw: str) -> float:
+    try:
+        ratio = float(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"{key} must be a number, got {raw!r}") from None
+    if not 0 <= ratio <= 1:
+        raise ValueError(f"{key} must be between 0 and 1, got {raw!r}")
+    return ratio
 
 
 def _parse_int(key: str, raw: str) -> int:

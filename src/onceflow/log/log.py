@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.log.batch import BatchHeader, control_batch_is_commit, patch_base_offset
+from onceflow.log.batch import BatchHeader, control_batch_is_commit, decode_records, patch_base_offset
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogReadError
 from onceflow.log.files import fsync_directory, write_atomically
@@ -29,6 +29,7 @@ from onceflow.log.segment import (
     TXN_INDEX_SUFFIX,
     AbortedTransaction,
     LogSegment,
+    finish_interrupted_cleaning,
 )
 
 _log = logging.getLogger(__name__)
@@ -71,12 +72,18 @@ class PartitionLog:
         # New segment files need a directory fsync before their data counts as durable.
         self._segments_created = 0
         self._segments_created_synced = 0
+        # The log cleaner's bookkeeping (in memory: after a restart everything counts as dirty).
+        self.cleaning = False
+        self.first_dirty_offset = self.log_start_offset
+        self.next_delete_horizon_ms: int | None = None  # when a kept tombstone or marker may go
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, recovery_point: int, now_ms: int) -> PartitionLog:
         """Open (or create) the log in `directory`, recovering everything written at or
         after `recovery_point` (the last offset known to be fsynced)."""
         directory.mkdir(parents=True, exist_ok=True)
+        if finish_interrupted_cleaning(directory):
+            fsync_directory(directory)
         base_offsets = _discover_segments(directory)
         if base_offsets:
             segments = [LogSegment.open(directory, base) for base in base_offsets]
@@ -104,6 +111,10 @@ class PartitionLog:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
 
     @property
     def segment_count(self) -> int:
@@ -145,6 +156,8 @@ class PartitionLog:
                 ErrorCode.invalid_record,
                 "batches with a producer id must be produced one per partition",
             )
+        if self.config.compact:
+            self._check_keys(records, headers)
         duplicate = self.producer_state.check_and_prepare(headers[0])
         if duplicate is not None:
             return AppendResult(duplicate.base_offset, duplicate.last_offset, duplicate=True)
@@ -179,6 +192,22 @@ class PartitionLog:
                 self._record_completion(completed, records[position : position + header.size])
             position += header.size
         return AppendResult(base_offset, last_offset)
+
+    def _check_keys(self, records: bytearray, headers: list[BatchHeader]) -> None:
+        """A compacted topic keeps the last record per key, so every record needs one (Kafka's
+        LogValidator refuses the batch with INVALID_RECORD)."""
+        position = 0
+        for header in headers:
+            if not header.is_control and any(
+                record.key is None
+                for record in decode_records(bytes(records[position : position + header.size]))
+            ):
+                raise LogAppendError(
+                    ErrorCode.invalid_record,
+                    "Compacted topic cannot accept message without key in topic partition "
+                    f"{self.directory.name}.",
+                )
+            position += header.size
 
     def _record_completion(self, completed: CompletedTransaction, marker: bytes | bytearray) -> None:
         """Index a transaction that its marker ended, if the marker is an ABORT."""
@@ -296,20 +325,25 @@ class PartitionLog:
             self._advance_log_start(min(recorded, self.log_end_offset))
 
     def _advance_log_start(self, offset: int) -> None:
-        self.log_start_offset = offset
-        self._aborted = [entry for entry in self._aborted if entry.last_offset >= offset]
-        below = sum(1 for segment in self._segments[:-1] if segment.next_offset <= offset)
+        self._forget_below(offset)
+        if not self.cleaning:  # the cleaner is reading them: retention deletes them later
+            self._delete_segments_below_log_start()
+
+    def _forget_below(self, offset: int) -> None:
+        self.log_start_offset = max(self.log_start_offset, offset)
+        self._aborted = [entry for entry in self._aborted if entry.last_offset >= self.log_start_offset]
+        self.first_dirty_offset = max(self.first_dirty_offset, self.log_start_offset)
+
+    def _delete_segments_below_log_start(self) -> int:
+        below = sum(1 for segment in self._segments[:-1] if segment.next_offset <= self.log_start_offset)
         self._delete_oldest_segments(below)
+        return below
 
     def _delete_oldest_segments(self, count: int) -> None:
         deleted, self._segments = self._segments[:count], self._segments[count:]
         for segment in deleted:
             segment.delete_files()
-            with self._lock:
-                if self._flushes_running:
-                    self._close_after_flush.append(segment)
-                else:
-                    segment.close()
+            self._close_when_unused(segment)
 
     # -- durability ---------------------------------------------------------------------------
 
@@ -336,17 +370,13 @@ class PartitionLog:
                 self.flushed_offset = max(self.flushed_offset, end)
                 return self.flushed_offset
         finally:
-            with self._lock:
-                self._flushes_running -= 1
-                if not self._flushes_running:
-                    for segment in self._close_after_flush:
-                        segment.close()
-                    self._close_after_flush.clear()
-                    self._lock.notify_all()
+            self.unpin_segments()
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete the oldest segments that are past retention.ms (by their largest timestamp)
         or beyond retention.bytes, never the active one. Returns how many were deleted."""
+        if not self.config.delete or self.cleaning:
+            return 0  # compact only; or the cleaner is reading these segments: next time
         retention_ms = self.config.retention_ms
         retention_bytes = self.config.retention_bytes
         excess_bytes = self.size_bytes - retention_bytes
@@ -359,11 +389,70 @@ class PartitionLog:
             excess_bytes -= segment.size
             doomed += 1
         if not doomed:
-            return 0
+            return self._delete_segments_below_log_start()
         self._delete_oldest_segments(doomed)
-        self.log_start_offset = self._segments[0].base_offset
-        self._aborted = [entry for entry in self._aborted if entry.last_offset >= self.log_start_offset]
+        self._forget_below(self._segments[0].base_offset)
         return doomed
+
+    def _close_when_unused(self, segment: LogSegment) -> None:
+        with self._lock:
+            if self._flushes_running:
+                self._close_after_flush.append(segment)
+            else:
+                segment.close()
+
+    # -- log cleaning (the algorithm is in cleaner.py) ----------------------------------------
+
+    def cleanable_segments(self, now_ms: int) -> list[LogSegment]:
+        """The oldest closed segments the cleaner may rewrite: wholly flushed, below every open
+        transaction, and older than min.compaction.lag.ms. Never the active segment."""
+        unstable = self.producer_state.first_unstable_offset()
+        limit = min(self.flushed_offset, self.log_end_offset if unstable is None else unstable)
+        closed = self._segments[:-1]
+        cleanable = []
+        for segment, following in zip(closed, self._segments[1:], strict=True):
+            if following.base_offset > limit:
+                break
+            if now_ms - segment.largest_timestamp < self.config.min_compaction_lag_ms:
+                break
+            cleanable.append(segment)
+        return cleanable
+
+    def segment_end(self, segment: LogSegment) -> int:
+        """The offset after everything `segment` covers: the next segment's base offset."""
+        index = self._segments.index(segment)
+        return self._segments[index + 1].base_offset
+
+    @property
+    def aborted_transaction_list(self) -> list[AbortedTransaction]:
+        return list(self._aborted)
+
+    def pin_segments(self) -> None:
+        """Keep segment files open while another thread reads them (the cleaner), as a
+        running flush does: retention and close wait for `unpin_segments`."""
+        with self._lock:
+            self._flushes_running += 1
+
+    def unpin_segments(self) -> None:
+        with self._lock:
+            self._flushes_running -= 1
+            if not self._flushes_running:
+                for segment in self._close_after_flush:
+                    segment.close()
+                self._close_after_flush.clear()
+                self._lock.notify_all()
+
+    def replace_segment(self, old: LogSegment, new: LogSegment | None) -> None:
+        """Put a cleaned segment (already in place on disk) where `old` was, or with None,
+        delete `old`, which cleaning emptied (not the first: it holds the log start offset)."""
+        index = self._segments.index(old)
+        replacement = [] if new is None else [new]
+        self._segments = [*self._segments[:index], *replacement, *self._segments[index + 1 :]]
+        self._aborted = [entry for segment in self._segments for entry in segment.txn_index.entries]
+        if new is None:
+            old.delete_files()
+            fsync_directory(self.directory)
+        self._close_when_unused(old)
 
     def close(self, flush: bool = True) -> None:
         """Close the files. With `flush` (a clean shutdown), first fsync everything and
@@ -410,9 +499,10 @@ def _recover(segments: list[LogSegment], recovery_point: int, index_interval_byt
     base_offsets = [segment.base_offset for segment in segments]
     containing = max(bisect_right(base_offsets, recovery_point) - 1, 0)
     for i, segment in enumerate(segments):
-        if i and segment.base_offset != segments[i - 1].next_offset:
+        # Cleaned segments leave gaps, so a segment may start past the end of the last one.
+        if i and segment.base_offset < segments[i - 1].next_offset:
             _log.error(
-                "%s: expected a segment at offset %d; dropping it and the segments after it",
+                "%s: overlaps the segment before, which ends at %d; dropping it and the segments after it",
                 segment.log_path,
                 segments[i - 1].next_offset,
             )

@@ -35,6 +35,12 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
+SEGMENT_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX)  # the .log last
+# The log cleaner's temporary names (Kafka's): a cleaned segment is written as `.cleaned`
+# files, renamed to `.swap` once fsynced (the .log last: it commits the swap), then renamed
+# over the segment it replaces.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 
 # Relative offsets and file positions are int32, as in Kafka's index formats.
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -238,6 +244,10 @@ class TransactionIndex:
         if whole != len(data):
             self._rewrite()
 
+    def create(self) -> None:
+        self._file()
+        self.dirty = True
+
     def append(self, entry: AbortedTransaction) -> None:
         self.entries.append(entry)
         write_fully(self._file(), _encode_aborted(entry), (len(self.entries) - 1) * _ABORTED_ENTRY.size)
@@ -291,14 +301,18 @@ class LogSegment:
     which is safe because it only fsyncs file descriptors that stay open until `close`.
     """
 
-    def __init__(self, directory: Path, base_offset: int, truncate: bool) -> None:
+    def __init__(self, directory: Path, base_offset: int, truncate: bool, temporary: str = "") -> None:
         self.base_offset = base_offset
-        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
-        self.index = OffsetIndex(segment_path(directory, base_offset, INDEX_SUFFIX), base_offset, truncate)
-        self.time_index = TimeIndex(
-            segment_path(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, truncate
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX + temporary)
+        self.index = OffsetIndex(
+            segment_path(directory, base_offset, INDEX_SUFFIX + temporary), base_offset, truncate
         )
-        self.txn_index = TransactionIndex(segment_path(directory, base_offset, TXN_INDEX_SUFFIX), truncate)
+        self.time_index = TimeIndex(
+            segment_path(directory, base_offset, TIME_INDEX_SUFFIX + temporary), base_offset, truncate
+        )
+        self.txn_index = TransactionIndex(
+            segment_path(directory, base_offset, TXN_INDEX_SUFFIX + temporary), truncate
+        )
         self._fd = _open_file(self.log_path, truncate)
         self.size = 0
         self.next_offset = base_offset
@@ -311,6 +325,14 @@ class LogSegment:
     @classmethod
     def create(cls, directory: Path, base_offset: int) -> LogSegment:
         return cls(directory, base_offset, truncate=True)
+
+    @classmethod
+    def create_cleaned(cls, directory: Path, base_offset: int) -> LogSegment:
+        """A segment under the cleaner's temporary names. Its .txnindex exists even when
+        empty, so that a swap always replaces the old one."""
+        segment = cls(directory, base_offset, truncate=True, temporary=CLEANED_SUFFIX)
+        segment.txn_index.create()
+        return segment
 
     @classmethod
     def open(cls, directory: Path, base_offset: int) -> LogSegment:
@@ -370,7 +392,8 @@ class LogSegment:
         self.size = start
         for position, header in self._scan(start, file_size, verify):
             relative_last = header.last_offset - self.base_offset
-            if header.base_offset != self.next_offset or relative_last > MAX_RELATIVE_OFFSET:
+            # Offsets only grow; a cleaned segment has gaps where records were removed.
+            if header.base_offset < self.next_offset or relative_last > MAX_RELATIVE_OFFSET:
                 break
             self._track(header.base_offset, header.max_timestamp, position, header.size, index_interval_bytes)
             self.next_offset = header.last_offset + 1
@@ -447,6 +470,11 @@ class LogSegment:
             yield position, header
             position += header.size
 
+    def batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every batch with its bytes, in order (the cleaner reads closed segments this way)."""
+        for position, header in self._scan(0, self.size):
+            yield header, os.pread(self._fd, header.size, position)
+
     def batches_from(self, offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches whose last offset is at or after `offset`."""
         entry = self.index.lookup(offset)
@@ -515,3 +543,27 @@ class LogSegment:
         # The .log goes first: an index without its log is cleaned up when the log is opened.
         for path in (self.log_path, self.index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
+
+
+def rename_files(directory: Path, base_offset: int, old: str, new: str) -> None:
+    """Rename a segment's files from one temporary suffix to another ("" for the real names),
+    the .log last; `os.replace` makes each rename atomic."""
+    for suffix in SEGMENT_SUFFIXES:
+        source = segment_path(directory, base_offset, suffix + old)
+        if source.exists():
+            os.replace(source, segment_path(directory, base_offset, suffix + new))
+
+
+def finish_interrupted_cleaning(directory: Path) -> int:
+    """After a crash, as Kafka's log loader does: a `.log.swap` means the cleaned segment was
+    complete and fsynced, so the swap is finished; any other `.cleaned` or `.swap` file is
+    a clean that had not reached that point, and is deleted. Returns how many swaps finished."""
+    swaps = sorted(directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}"))
+    for swap in swaps:
+        base_offset = int(swap.name[: -len(LOG_SUFFIX + SWAP_SUFFIX)])
+        _log.warning("%s: finishing a log cleaner swap interrupted by a crash", swap)
+        rename_files(directory, base_offset, SWAP_SUFFIX, "")
+    leftovers = [*directory.glob(f"*{CLEANED_SUFFIX}"), *directory.glob(f"*{SWAP_SUFFIX}")]
+    for leftover in leftovers:
+        leftover.unlink()
+    return len(swaps)

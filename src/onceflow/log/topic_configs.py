@@ -4,11 +4,11 @@ Every key of Kafka 4.0's topic ConfigDef is listed here, in one of three kinds:
 
 - APPLIED: the broker does what the key says (validated by type and range, then `LogConfig`).
 - NO_EFFECT: any valid value is accepted and stored, because on a single broker that neither
-  compacts, replicates, recompresses nor tiers its log, no client could see the difference
+  replicates, recompresses nor tiers its log, no client could see the difference
   (Kafka itself ignores these keys on such a topic).
 - ONLY_DEFAULT: only the value that describes what the broker does is accepted; any other is
   INVALID_CONFIG with a message saying that the broker does not support it, rather than a topic
-  that silently behaves otherwise (a client asking for a compacted topic must not get a normal one).
+  that silently behaves otherwise (a client asking for LogAppendTime must not get CreateTime).
 
 `segment.ms` is known but refused whatever its value: segments roll by size only.
 Any other key is INVALID_CONFIG, as in Kafka.
@@ -87,15 +87,18 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         TopicKey("max.message.bytes", _I, _A, broker_key="message.max.bytes"),
         TopicKey("flush.ms", _L, _A, broker_key="log.flush.interval.ms", minimum=0),
         TopicKey("min.insync.replicas", _I, _A, broker_key="min.insync.replicas", minimum=1),
-        # What the broker does is the default; anything else is refused.
+        TopicKey("cleanup.policy", _LIST, _A, broker_key="log.cleanup.policy", choices=("delete", "compact")),
+        TopicKey("delete.retention.ms", _L, _A, broker_key="log.cleaner.delete.retention.ms", minimum=0),
+        TopicKey("min.compaction.lag.ms", _L, _A, broker_key="log.cleaner.min.compaction.lag.ms", minimum=0),
         TopicKey(
-            "cleanup.policy",
-            _LIST,
-            _O,
-            "delete",
-            choices=("delete", "compact"),
-            unsupported="this broker does not support log compaction",
+            "min.cleanable.dirty.ratio",
+            _D,
+            _A,
+            broker_key="log.cleaner.min.cleanable.ratio",
+            minimum=0,
+            maximum=1,
         ),
+        # What the broker does is the default; anything else is refused.
         TopicKey(
             "compression.type",
             _S,
@@ -155,10 +158,8 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         TopicKey("compression.gzip.level", _I, _N, "-1", minimum=-1, maximum=9),
         TopicKey("compression.lz4.level", _I, _N, "9", minimum=1, maximum=17),
         TopicKey("compression.zstd.level", _I, _N, "3", minimum=-131072, maximum=22),
-        TopicKey("delete.retention.ms", _L, _N, "86400000", minimum=0),
-        TopicKey("min.compaction.lag.ms", _L, _N, "0", minimum=0),
+        # The cleaner runs every log.cleaner.backoff.ms whatever the dirty ratio's age.
         TopicKey("max.compaction.lag.ms", _L, _N, LONG_MAX, minimum=1),
-        TopicKey("min.cleanable.dirty.ratio", _D, _N, "0.5", minimum=0, maximum=1),
         TopicKey("file.delete.delay.ms", _L, _N, "60000", minimum=0),
         TopicKey("preallocate", _B, _N, "false"),
         TopicKey("segment.index.bytes", _I, _N, "10485760", minimum=4),
