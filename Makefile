@@ -22,8 +22,9 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# Three workers on two cores: many tests wait on clients and timers; Spark runs in two lanes.
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3
 
 # Under two minutes: everything but the Spark, cluster, Chromium, PostgreSQL, soak and wheel lanes.
 QUICK := not (spark or cluster or chromium or postgres or soak or wheel)

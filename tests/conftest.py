@@ -10,11 +10,44 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from onceflow import EmbeddedBroker
 from tests.postgres import PostgresServer
+
+# `make test` runs on pytest-xdist workers. Two cores hold two Spark jobs at a time, not more, so
+# the Spark tests run in two lanes of about equal length (measured with `--durations`), each lane
+# in order on one worker, while the other workers take everything else. First match wins.
+SPARK_LANES = (
+    ("tests/spark/", "spark-data-source"),
+    ("tests/pipeline/test_standalone.py", "spark-data-source"),
+    ("tests/pipeline/", "spark-pipeline"),
+    ("tests/demo/", "spark-pipeline"),
+)
+
+
+def spark_lane(nodeid: str) -> str | None:
+    return next((lane for prefix, lane in SPARK_LANES if nodeid.startswith(prefix)), None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Scopes are the Spark lanes, and each other test alone. (pytest-xdist's own `loadgroup`
+    does not group under pytest 9: it renames nodes, which pytest 9 ignores.)"""
+
+    class SparkLaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return spark_lane(nodeid) or nodeid
+
+    return SparkLaneScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if bool(item.get_closest_marker("spark")) != bool(spark_lane(item.nodeid)):
+            raise pytest.UsageError(f"{item.nodeid}: Spark tests, and only they, belong in SPARK_LANES")
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from tests.pipeline.conftest import PairWatch, log_tail
 pytestmark = [pytest.mark.spark, pytest.mark.soak]
 
 
-@pytest.mark.timeout(170)
+@pytest.mark.timeout(300)
 def test_kill_and_restart_applies_every_batch_once(
     broker_process: BrokerProcess,
     db: str,

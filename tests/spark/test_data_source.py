@@ -163,8 +163,11 @@ def test_a_write_longer_than_the_transaction_timeout_fails_fast(
     create(broker.bootstrap_servers, ("slow", 1))
 
     def slowly(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # Rows trickle in for 3 s, so the write is slow even when its own worker starts late.
         for batch in batches:
-            time.sleep(1.5)
+            for _ in range(2):
+                yield batch.slice(0, 0)
+                time.sleep(1.5)
             yield batch
 
     frame = spark.createDataFrame([("x",)], "value string").mapInArrow(slowly, "value string")
