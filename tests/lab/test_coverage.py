@@ -62,9 +62,10 @@ def test_aborted_records_are_counted_from_the_final_reads_of_the_log() -> None:
         # "x" and "y" sit in an aborted transaction; "z" lies past the LSO, so it does not count.
         _read("read_uncommitted", [[0, 0, "a"], [0, 1, "x"], [0, 2, "y"], [0, 3, "d"], [0, 6, "z"]], 7),
     ]
-    assert measure(events, "input", acks_lost=2, broker_kills=1) == {
+    assert measure(events, "input", acks_lost=2, broker_kills=1, produce_requests_lost=3) == {
         "aborted_records_in_log": 2,
         "acks_lost": 2,
+        "produce_requests_lost": 3,
         "broker_kills": 1,
         "producers_killed_mid_batch": 0,
         "consumers_killed_before_commit": 0,

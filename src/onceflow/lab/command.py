@@ -38,7 +38,11 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
         help="make the lab's broker misbehave, to see the checker catch it (a negative control)",
     )
     run.add_argument("--seed", type=int, default=1)
-    run.add_argument("--bootstrap", help="use this broker instead of starting one (no broker faults then)")
+    run.add_argument(
+        "--bootstrap",
+        help="judge this cluster (any Kafka-compatible one) instead of starting a broker:"
+        " no broker-crash and no --broker-fault then",
+    )
     run.add_argument("--json", type=Path, help="write the runs as JSON here")
     run.add_argument("--html", type=Path, help="write a self-contained HTML report with a chart here")
     run.add_argument("--workdir", type=Path, help="keep histories, logs and broker data here")
@@ -62,10 +66,7 @@ def run_lab_command(args: argparse.Namespace) -> int:
         print("onceflow: --broker-fault needs the lab's own broker (drop --bootstrap)", file=sys.stderr)
         return 2
     if args.bootstrap and any(faults.OWN_BROKER_FAULTS & set(fault_set) for fault_set in fault_sets):
-        print(
-            "onceflow: lost-acks and broker-crash need the lab's own broker (drop --bootstrap)",
-            file=sys.stderr,
-        )
+        print("onceflow: broker-crash needs the lab's own broker (drop --bootstrap)", file=sys.stderr)
         return 2
     # Imported here: building the parser for every onceflow command should stay cheap.
     from rich.console import Console

@@ -8,6 +8,8 @@ happened, not from what the schedule meant to happen:
   of the log itself;
 - `acks_lost`: responses to writes (Produce, OffsetCommit, TxnOffsetCommit, EndTxn) the proxy
   destroyed after the broker had acted on them;
+- `produce_requests_lost`: Produce requests the proxy destroyed before the broker saw them (a
+  fire-and-forget send among them is lost without anyone knowing);
 - `broker_kills`: SIGKILLs of the broker;
 - `producers_killed_mid_batch`: producer incarnations that died with their last send neither
   acknowledged nor aborted;
@@ -29,6 +31,7 @@ from onceflow.lab.history import Event
 COUNTERS = (
     "aborted_records_in_log",
     "acks_lost",
+    "produce_requests_lost",
     "broker_kills",
     "producers_killed_mid_batch",
     "consumers_killed_before_commit",
@@ -38,6 +41,7 @@ COUNTERS = (
 PRECONDITIONS: dict[str, tuple[str, ...]] = {
     "lost": (
         "acks_lost",
+        "produce_requests_lost",
         "broker_kills",
         "producers_killed_mid_batch",
         "consumers_killed_before_commit",
@@ -51,13 +55,18 @@ FOUND, CLEAN, NOT_TESTED = "found", "clean", "not tested"
 
 
 def measure(
-    events: Iterable[Event], input_topic: str, acks_lost: int, broker_kills: int
+    events: Iterable[Event],
+    input_topic: str,
+    acks_lost: int,
+    broker_kills: int,
+    produce_requests_lost: int = 0,
 ) -> dict[str, int]:
     """The coverage counters of one run (see the module's docstring)."""
     events = list(events)
     counts = dict.fromkeys(COUNTERS, 0)
     counts["acks_lost"] = acks_lost
     counts["broker_kills"] = broker_kills
+    counts["produce_requests_lost"] = produce_requests_lost
     reads = final_reads(events)
     if input_topic in reads:
         counts["aborted_records_in_log"] = len(reads[input_topic].aborted())

@@ -6,11 +6,12 @@ import random
 import signal
 from dataclasses import dataclass
 
-FAULTS = ("lost-acks", "producer-crash", "consumer-crash", "broker-crash", "txn-timeout")
-# Faults that need the lab's own broker: one restarts it, the other needs it to advertise the proxy.
-OWN_BROKER_FAULTS = frozenset({"lost-acks", "broker-crash"})
+FAULTS = ("lost-acks", "lost-requests", "producer-crash", "consumer-crash", "broker-crash", "txn-timeout")
+# Faults that need the lab's own broker: it kills and restarts the broker process.
+OWN_BROKER_FAULTS = frozenset({"broker-crash"})
 
-# Lost acks: the share of responses the proxy destroys while the fault is on, and a cap on them.
+# Lost acks (and lost requests): the share of responses (Produce requests) the proxy destroys while
+# the fault is on, and a cap on them.
 DROP_PROBABILITY = 0.04
 MAX_DROPPED = 25
 RESPONSE_DELAY_S = 0.003
@@ -27,7 +28,9 @@ HANGING_TIMEOUT_MS = 3000  # librdkafka wants socket.timeout.ms (3000) <= this +
 @dataclass(frozen=True)
 class FaultEvent:
     at_s: float
-    action: str  # kill-producer, kill-consumer, kill-broker, hang-transaction, lose-acks, stop-losing-acks
+    # kill-producer, kill-consumer, kill-broker, hang-transaction, lose-acks, stop-losing-acks,
+    # lose-requests, stop-losing-requests
+    action: str
     target: int = 0
     crash_signal: int = signal.SIGUSR1
 
@@ -40,6 +43,8 @@ def schedule(
     events: list[FaultEvent] = []
     if "lost-acks" in faults:
         events += [FaultEvent(0.3, "lose-acks"), FaultEvent(window_s, "stop-losing-acks")]
+    if "lost-requests" in faults:
+        events += [FaultEvent(0.3, "lose-requests"), FaultEvent(window_s, "stop-losing-requests")]
     if "producer-crash" in faults:
         events += [
             FaultEvent(rng.uniform(0.5, window_s - 0.5), "kill-producer", rng.randrange(producers))
