@@ -7,7 +7,8 @@ It understands Kafka framing both ways, so a fault hits whole requests and respo
   the seed documents.
 - Lost requests: a Produce request is thrown away before the broker sees it and the client's
   connection reset, as a network failure would. A fire-and-forget (acks=0) send fails silently;
-  any other is retried.
+  any other is retried. The answers to requests already forwarded on that connection are lost
+  with it (counted as lost acks when they answer writes).
 - Broker faults (`BROKER_FAULTS`): the proxy makes the broker misbehave, so that the lab can show
   its checker fails when it should (negative controls). Each is a protocol rewrite: the request is
   decoded with kio, changed and encoded again, and the correlation id is kept.
@@ -276,6 +277,10 @@ class _Link:
                 self.proxy.on_request(frame)
             if frame[:2] == _PRODUCE_KEY and self.proxy.drops_produce_request():
                 self.proxy.requests_dropped += 1
+                # The reset also destroys the answers to the writes already forwarded: lost acks.
+                for waiting in self.pending:
+                    if waiting.forged is None and not waiting.swallow:
+                        self.proxy.dropped_by_api[waiting.api_key] += 1
                 return  # the caller resets both connections: the request is lost on the way
             for outgoing in self._handle(frame):
                 self.broker.write(outgoing)
