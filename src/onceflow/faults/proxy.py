@@ -7,8 +7,10 @@ It understands Kafka framing both ways, so a fault hits whole requests and respo
   the seed documents.
 - Lost requests: a Produce request is thrown away before the broker sees it and the client's
   connection reset, as a network failure would. A fire-and-forget (acks=0) send fails silently;
-  any other is retried. The answers to requests already forwarded on that connection are lost
-  with it (counted as lost acks when they answer writes).
+  any other is retried.
+
+A reset also destroys the answers to the requests still waiting on that connection: those that
+answer writes count as lost acks too.
 - Broker faults (`BROKER_FAULTS`): the proxy makes the broker misbehave, so that the lab can show
   its checker fails when it should (negative controls). Each is a protocol rewrite: the request is
   decoded with kio, changed and encoded again, and the correlation id is kept.
@@ -77,6 +79,8 @@ _OWN_CORRELATION_IDS = -1
 @dataclass
 class FaultPlan:
     drop_response_probability: float = 0.0
+    # For the answers to writes (WRITE_APIS), when set: they are few among the Fetches and heartbeats.
+    drop_write_response_probability: float | None = None
     drop_produce_request_probability: float = 0.0
     delay_response_s: float = 0.0
     max_faults: int = 1_000
@@ -252,11 +256,11 @@ class FaultProxy:
         port = await self.port_for((entity.host, entity.port))
         return dataclasses.replace(entity, host="127.0.0.1", port=type(entity.port)(port))
 
-    def drops_response(self) -> bool:
-        return (
-            self.responses_dropped < self.plan.max_faults
-            and self._random.random() < self.plan.drop_response_probability
-        )
+    def drops_response(self, api_key: int) -> bool:
+        probability = self.plan.drop_response_probability
+        if api_key in WRITE_APIS and self.plan.drop_write_response_probability is not None:
+            probability = self.plan.drop_write_response_probability
+        return self.responses_dropped < self.plan.max_faults and self._random.random() < probability
 
 
 class _Link:
@@ -277,10 +281,7 @@ class _Link:
                 self.proxy.on_request(frame)
             if frame[:2] == _PRODUCE_KEY and self.proxy.drops_produce_request():
                 self.proxy.requests_dropped += 1
-                # The reset also destroys the answers to the writes already forwarded: lost acks.
-                for waiting in self.pending:
-                    if waiting.forged is None and not waiting.swallow:
-                        self.proxy.dropped_by_api[waiting.api_key] += 1
+                self._count_reset_losses()
                 return  # the caller resets both connections: the request is lost on the way
             for outgoing in self._handle(frame):
                 self.broker.write(outgoing)
@@ -345,9 +346,10 @@ class _Link:
                 continue
             if self.proxy.plan.delay_response_s:
                 await asyncio.sleep(self.proxy.plan.delay_response_s)
-            if self.proxy.drops_response():
+            if self.proxy.drops_response(answered.api_key if answered else -1):
                 self.proxy.responses_dropped += 1
                 self.proxy.dropped_by_api[answered.api_key if answered else -1] += 1
+                self._count_reset_losses()
                 return  # the caller resets both connections: the ack is lost
             frame = prefix + body
             if self.proxy.rewrite_addresses and answered is not None and answered.api_key in ADDRESS_APIS:
@@ -356,6 +358,13 @@ class _Link:
             self._send_forged()
             await self.client.drain()
             self.proxy.responses_forwarded += 1
+
+    def _count_reset_losses(self) -> None:
+        """The reset about to come destroys the answers to every request still waiting on this
+        connection too: those to writes are lost acks."""
+        for waiting in self.pending:
+            if waiting.forged is None and not waiting.swallow:
+                self.proxy.dropped_by_api[waiting.api_key] += 1
 
     def _answered(self, correlation_id: int) -> _Pending | None:
         """The pending request this response answers; made-up answers before it go out first."""

@@ -7,8 +7,8 @@ happened, not from what the schedule meant to happen:
   LSO and a read_committed read skips, i.e. records of aborted transactions, from the final reads
   of the log itself;
 - `acks_lost`: responses to writes (Produce, OffsetCommit, TxnOffsetCommit, EndTxn) the proxy
-  destroyed after the broker had acted on them (or had them, when a dropped request reset the
-  connection they were waiting on);
+  destroyed after the broker had acted on them, or that were still due on a connection the proxy
+  reset;
 - `produce_requests_lost`: Produce requests the proxy destroyed before the broker saw them (a
   fire-and-forget send among them is lost without anyone knowing);
 - `broker_kills`: SIGKILLs of the broker;

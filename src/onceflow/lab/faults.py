@@ -13,6 +13,8 @@ OWN_BROKER_FAULTS = frozenset({"broker-crash"})
 # Lost acks (and lost requests): the share of responses (Produce requests) the proxy destroys while
 # the fault is on, and a cap on them.
 DROP_PROBABILITY = 0.04
+# Answers to writes (acks proper) are lost more often: an at-most-once run has few (only its commits).
+DROP_WRITE_PROBABILITY = 0.2
 MAX_DROPPED = 25
 RESPONSE_DELAY_S = 0.003
 # The share of a transactional producer's transactions it aborts on purpose once their records are

@@ -332,6 +332,7 @@ class _Run:
         if action in ("lose-acks", "stop-losing-acks"):
             on = action == "lose-acks"
             self.proxy.plan.drop_response_probability = faults.DROP_PROBABILITY if on else 0.0
+            self.proxy.plan.drop_write_response_probability = faults.DROP_WRITE_PROBABILITY if on else 0.0
             self.proxy.plan.delay_response_s = faults.RESPONSE_DELAY_S if on else 0.0
             self.proxy.plan.max_faults = faults.MAX_DROPPED
             self.injected.append(f"{event.at_s:.1f}s {action}")
