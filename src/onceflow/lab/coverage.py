@@ -17,7 +17,10 @@ happened, not from what the schedule meant to happen:
 - `consumers_killed_before_commit`: worker incarnations that died with polled records they had
   not committed (so they are read again);
 - `consumers_killed_before_output`: worker incarnations that died with committed records they had
-  not processed.
+  not processed;
+- `zombies_resumed`: worker incarnations paused with polled records uncommitted (and, where the
+  preset processes first, processed), that went on after their successor had started: a zombie
+  whose commit only fencing can stop.
 A run's last incarnation of each client is left out: the lab stops it after the drain.
 """
 
@@ -37,6 +40,7 @@ COUNTERS = (
     "producers_killed_mid_batch",
     "consumers_killed_before_commit",
     "consumers_killed_before_output",
+    "zombies_resumed",
 )
 # The anomalies a run is judged on, each with the counters that give it a chance to show.
 PRECONDITIONS: dict[str, tuple[str, ...]] = {
@@ -48,7 +52,7 @@ PRECONDITIONS: dict[str, tuple[str, ...]] = {
         "consumers_killed_before_commit",
         "consumers_killed_before_output",
     ),
-    "duplicated": ("acks_lost", "broker_kills", "consumers_killed_before_commit"),
+    "duplicated": ("acks_lost", "broker_kills", "consumers_killed_before_commit", "zombies_resumed"),
     # Only read_committed workers can read an aborted record they should not have.
     "aborted_reads": ("aborted_records_in_log",),
 }
@@ -85,6 +89,8 @@ def measure(
             continue
         if name.startswith("producer") and _killed_mid_batch(history):
             counts["producers_killed_mid_batch"] += 1
+        elif name.startswith("worker") and any(event["type"] == "resume" for event in history):
+            counts["zombies_resumed"] += 1
         elif name.startswith("worker"):
             after_poll = _after_last(history, "poll")
             if after_poll is None:

@@ -6,7 +6,15 @@ import random
 import signal
 from dataclasses import dataclass
 
-FAULTS = ("lost-acks", "lost-requests", "producer-crash", "consumer-crash", "broker-crash", "txn-timeout")
+FAULTS = (
+    "lost-acks",
+    "lost-requests",
+    "producer-crash",
+    "consumer-crash",
+    "zombie-consumer",
+    "broker-crash",
+    "txn-timeout",
+)
 # Faults that need the lab's own broker: it kills and restarts the broker process.
 OWN_BROKER_FAULTS = frozenset({"broker-crash"})
 
@@ -31,7 +39,7 @@ HANGING_TIMEOUT_MS = 3000  # librdkafka wants socket.timeout.ms (3000) <= this +
 class FaultEvent:
     at_s: float
     # kill-producer, kill-consumer, kill-broker, hang-transaction, lose-acks, stop-losing-acks,
-    # lose-requests, stop-losing-requests
+    # lose-requests, stop-losing-requests, pause-consumer
     action: str
     target: int = 0
     crash_signal: int = signal.SIGUSR1
@@ -62,6 +70,8 @@ def schedule(
             )
             for kill in range(3)
         ]
+    if "zombie-consumer" in faults:
+        events.append(FaultEvent(rng.uniform(1.0, window_s - 1.0), "pause-consumer", rng.randrange(workers)))
     if "broker-crash" in faults:
         events.append(FaultEvent(rng.uniform(1.0, window_s - 1.0), "kill-broker"))
     if "txn-timeout" in faults:

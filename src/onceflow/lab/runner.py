@@ -37,6 +37,7 @@ WORKERS = 2
 PRODUCE_S = 6.0  # the producers spread their values over this long; the faults fall inside it
 DRAIN_TIMEOUT_S = 60.0
 STALL_S = 12.0
+ZOMBIE_WAIT_S = 10.0  # a zombie goes on at the latest this long after its successor started
 
 Log = Callable[[str], None]
 
@@ -147,6 +148,18 @@ def _address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+@dataclass
+class _Zombie:
+    """A worker told to pause at its crash point: signaled, then replaced by a successor, then resumed."""
+
+    name: str
+    process: subprocess.Popen[str]
+    incarnation: str
+    state: str = "signaled"
+    successor: str = ""
+    since: float = 0.0
+
+
 class _Run:
     def __init__(
         self,
@@ -177,6 +190,7 @@ class _Run:
         self.broker_kills = 0
         self.rng = random.Random(scenario.seed)
         self.partitions: dict[str, int] = {}
+        self.zombies: list[_Zombie] = []
 
     @property
     def client_bootstrap(self) -> str:
@@ -215,7 +229,7 @@ class _Run:
                 hanger.join(timeout=60)
             drained = self._drain(time.monotonic() + DRAIN_TIMEOUT_S)
         finally:
-            for process in self.processes.values():
+            for process in [*self.processes.values(), *(zombie.process for zombie in self.zombies)]:
                 _kill(process)
         effects = None
         if scenario.broker_fault is not None:
@@ -309,6 +323,7 @@ class _Run:
 
     def _supervise(self) -> None:
         """Starts again every client that died, as an orchestrator would; a producer exits 0 when done."""
+        self._tend_zombies()
         for name, process in list(self.processes.items()):
             code = process.poll()
             if code is None or name in self.finished:
@@ -318,10 +333,32 @@ class _Run:
                 continue
             self._start(name)
 
+    def _tend_zombies(self) -> None:
+        """A paused worker gets a successor (as an orchestrator that declared it dead would start
+        one), and goes on once the successor has its partitions: a zombie."""
+        now = time.monotonic()
+        for zombie in self.zombies:
+            if zombie.state == "signaled" and self._recorded(zombie.incarnation, "pause"):
+                self._start(zombie.name)
+                zombie.successor = f"{zombie.name}.{self.incarnations[zombie.name]}"
+                zombie.state, zombie.since = "replaced", now
+            elif zombie.state == "signaled" and zombie.process.poll() is not None:
+                zombie.state = "gone"  # it died on its own before pausing: restarted as any other
+            elif zombie.state == "replaced" and (
+                self._recorded(zombie.successor, "assign") or now - zombie.since > ZOMBIE_WAIT_S
+            ):
+                zombie.process.send_signal(signal.SIGCONT)
+                zombie.state = "resumed"
+                self.injected.append(f"SIGCONT {zombie.incarnation} after {zombie.successor} started")
+
+    def _recorded(self, process: str, kind: str) -> bool:
+        path = self.history_dir / f"{process}.jsonl"
+        return path.exists() and f'"type":"{kind}"' in path.read_text(encoding="utf-8")
+
     def _starting(self, event: faults.FaultEvent) -> bool:
         """A client the event signals that has not yet created its history file (see
         `workload.CrashPoints`), so would die of the signal at a point nobody chose."""
-        if event.action not in ("kill-producer", "kill-consumer"):
+        if event.action not in ("kill-producer", "kill-consumer", "pause-consumer"):
             return False
         name = f"{'producer' if event.action == 'kill-producer' else 'worker'}-{event.target}"
         history = self.history_dir / f"{name}.{self.incarnations[name]}.jsonl"
@@ -354,6 +391,14 @@ class _Run:
                 self.injected.append(
                     f"{event.at_s:.1f}s SIGKILL {name}.{self.incarnations[name]} at its {point} crash point"
                 )
+        elif action == "pause-consumer":
+            name = f"worker-{event.target}"
+            process = self.processes[name]
+            if process.poll() is None:
+                process.send_signal(signal.SIGURG)  # it stops itself at its crash point
+                incarnation = f"{name}.{self.incarnations[name]}"
+                self.zombies.append(_Zombie(name, process, incarnation))
+                self.injected.append(f"{event.at_s:.1f}s pause {incarnation} at its next crash point")
         elif action == "kill-broker" and self.broker is not None:
             self.broker.kill()
             self.broker_kills += 1
