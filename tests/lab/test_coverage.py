@@ -42,6 +42,18 @@ def test_killed_workers_are_told_apart_by_what_they_left_undone() -> None:
     assert counts["consumers_killed_before_output"] == 1
 
 
+def test_a_worker_that_went_on_after_a_pause_is_a_zombie_not_a_crash() -> None:
+    events = [
+        _poll("worker-0.0"),
+        _event("pause", "worker-0.0", point="before-commit"),
+        _event("resume", "worker-0.0", point="before-commit"),  # its successor had started
+        _poll("worker-0.1"),
+    ]
+    counts = measure(events, "input", acks_lost=0, broker_kills=0)
+    assert counts["zombies_resumed"] == 1
+    assert counts["consumers_killed_before_commit"] == 0
+
+
 def test_a_producer_killed_with_its_last_send_unsettled_was_killed_mid_batch() -> None:
     def send(process: str, value: str) -> Event:
         return _event("send", process, topic="input", value=value)
@@ -62,13 +74,15 @@ def test_aborted_records_are_counted_from_the_final_reads_of_the_log() -> None:
         # "x" and "y" sit in an aborted transaction; "z" lies past the LSO, so it does not count.
         _read("read_uncommitted", [[0, 0, "a"], [0, 1, "x"], [0, 2, "y"], [0, 3, "d"], [0, 6, "z"]], 7),
     ]
-    assert measure(events, "input", acks_lost=2, broker_kills=1) == {
+    assert measure(events, "input", acks_lost=2, broker_kills=1, produce_requests_lost=3) == {
         "aborted_records_in_log": 2,
         "acks_lost": 2,
+        "produce_requests_lost": 3,
         "broker_kills": 1,
         "producers_killed_mid_batch": 0,
         "consumers_killed_before_commit": 0,
         "consumers_killed_before_output": 0,
+        "zombies_resumed": 0,
     }
 
 

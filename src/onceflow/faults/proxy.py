@@ -5,6 +5,12 @@ It understands Kafka framing both ways, so a fault hits whole requests and respo
 - Lost acks: the request reaches the broker and is acted on, and then the response is thrown away
   and the client's connection reset. The client sees a lost ack and retries, which is fault (A) of
   the seed documents.
+- Lost requests: a Produce request is thrown away before the broker sees it and the client's
+  connection reset, as a network failure would. A fire-and-forget (acks=0) send fails silently;
+  any other is retried.
+
+A reset also destroys the answers to the requests still waiting on that connection: those that
+answer writes count as lost acks too.
 - Broker faults (`BROKER_FAULTS`): the proxy makes the broker misbehave, so that the lab can show
   its checker fails when it should (negative controls). Each is a protocol rewrite: the request is
   decoded with kio, changed and encoded again, and the correlation id is kept.
@@ -16,6 +22,12 @@ It understands Kafka framing both ways, so a fault hits whole requests and respo
     non-idempotent (no producer id, epoch or sequence), so the broker cannot tell the copy from
     new data. Transactional batches cannot lose their producer id; requests with one are not copied.
 
+Any broker: with `rewrite_addresses`, the proxy rewrites the broker addresses of Metadata and
+FindCoordinator responses (decoded with kio, knowing each request's API and version by its
+correlation id) to ports of its own, one per upstream broker, opened when a new address first
+appears. Every connection of a client that bootstraps from the proxy then passes through it, so
+the faults reach a cluster of any Kafka-compatible brokers without changing their config.
+
 Every fault is bounded: the proxy stops at the end of its `with` block, and `max_faults` caps how
 many responses it may destroy.
 """
@@ -25,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import random
 import socket
 import struct
@@ -43,6 +56,7 @@ from onceflow.protocol.codec import (
     MalformedRequestError,
     UnknownApiError,
     decode_request,
+    decode_response,
     encode_request,
     encode_response,
     peek_request_prefix,
@@ -50,7 +64,10 @@ from onceflow.protocol.codec import (
 )
 
 _INT32 = struct.Struct(">i")
-PRODUCE, FETCH, OFFSET_COMMIT, END_TXN, TXN_OFFSET_COMMIT = 0, 1, 8, 26, 28
+PRODUCE, FETCH, METADATA, OFFSET_COMMIT, FIND_COORDINATOR, END_TXN, TXN_OFFSET_COMMIT = 0, 1, 3, 8, 10, 26, 28
+# Responses that name brokers: rewritten, with `rewrite_addresses`, to send clients through the proxy.
+ADDRESS_APIS = frozenset({METADATA, FIND_COORDINATOR})
+_PRODUCE_KEY = struct.pack(">h", PRODUCE)  # how a request frame starts
 # Responses that acknowledge a write: destroying one after the broker acted is a lost ack.
 WRITE_APIS = frozenset({PRODUCE, OFFSET_COMMIT, END_TXN, TXN_OFFSET_COMMIT})
 BROKER_FAULTS = ("serve-aborted", "drop-acked-produce", "duplicate-produce")
@@ -62,6 +79,9 @@ _OWN_CORRELATION_IDS = -1
 @dataclass
 class FaultPlan:
     drop_response_probability: float = 0.0
+    # For the answers to writes (WRITE_APIS), when set: they are few among the Fetches and heartbeats.
+    drop_write_response_probability: float | None = None
+    drop_produce_request_probability: float = 0.0
     delay_response_s: float = 0.0
     max_faults: int = 1_000
     seed: int = 0
@@ -87,6 +107,7 @@ class _Pending:
 
     correlation_id: int
     api_key: int
+    api_version: int
     forged: bytes | None = None  # the proxy's own answer, sent in turn
     swallow: bool = False  # the answer to the proxy's own copy: the client never asked
 
@@ -95,7 +116,8 @@ class FaultProxy:
     """`with FaultProxy(FaultPlan(...)) as proxy: proxy.upstream = (host, port)`.
 
     `on_request`, when given, sees every request frame (without its length prefix) on its way to
-    the broker: the fuzzer records real clients' requests with it.
+    the broker: the fuzzer records real clients' requests with it. With `rewrite_addresses`, the
+    brokers that Metadata and FindCoordinator name are reached through ports of the proxy too.
     """
 
     def __init__(
@@ -103,18 +125,24 @@ class FaultProxy:
         plan: FaultPlan,
         upstream: tuple[str, int] | None = None,
         on_request: Callable[[bytes], None] | None = None,
+        rewrite_addresses: bool = False,
     ) -> None:
         self.plan = plan
         self.upstream = upstream
         self.on_request = on_request
+        self.rewrite_addresses = rewrite_addresses
+        # The proxy's port for each upstream broker address, and client connections per port.
+        self.broker_ports: dict[tuple[str, int], int] = {}
+        self.connections_by_port: Counter[int] = Counter()
+        self._servers: list[asyncio.Server] = []
         self.responses_dropped = 0
+        self.requests_dropped = 0
         self.responses_forwarded = 0
         # Destroyed responses by API key; those of WRITE_APIS are lost acks.
         self.dropped_by_api: Counter[int] = Counter()
         self.broker_faults = BrokerFaultCounts()
         self._random = random.Random(plan.seed)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
         self._port = 0
@@ -150,18 +178,38 @@ class FaultProxy:
     async def _main(self, started: Future[None]) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self._port = self._server.sockets[0].getsockname()[1]
+        self._port = await self._listen(None)
         started.set_result(None)
         await self._stop.wait()
-        self._server.close()
+        for server in self._servers:
+            server.close()
 
-    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        if self.upstream is None:
+    async def _listen(self, upstream: tuple[str, int] | None) -> int:
+        """A new listening port that forwards to `upstream` (None: to `self.upstream`, the bootstrap)."""
+        server = await asyncio.start_server(functools.partial(self._serve, upstream), "127.0.0.1", 0)
+        self._servers.append(server)
+        port: int = server.sockets[0].getsockname()[1]
+        return port
+
+    async def port_for(self, upstream: tuple[str, int]) -> int:
+        """The proxy's port for one upstream broker, opened the first time the broker is named."""
+        if upstream not in self.broker_ports:
+            self.broker_ports[upstream] = await self._listen(upstream)
+        return self.broker_ports[upstream]
+
+    async def _serve(
+        self,
+        upstream: tuple[str, int] | None,
+        client_reader: asyncio.StreamReader,
+        client_writer: asyncio.StreamWriter,
+    ) -> None:
+        upstream = upstream or self.upstream
+        if upstream is None:
             client_writer.close()
             return
+        self.connections_by_port[client_writer.get_extra_info("sockname")[1]] += 1
         try:
-            broker_reader, broker_writer = await asyncio.open_connection(*self.upstream)
+            broker_reader, broker_writer = await asyncio.open_connection(*upstream)
         except OSError:
             client_writer.close()
             return
@@ -177,11 +225,42 @@ class FaultProxy:
     def broker_fault_hits(self) -> bool:
         return self._random.random() < self.plan.broker_fault_probability
 
-    def drops_response(self) -> bool:
+    def drops_produce_request(self) -> bool:
         return (
-            self.responses_dropped < self.plan.max_faults
-            and self._random.random() < self.plan.drop_response_probability
+            self.requests_dropped < self.plan.max_faults
+            and self._random.random() < self.plan.drop_produce_request_probability
         )
+
+    async def rewritten(self, request: _Pending, frame: bytes) -> bytes:
+        """A Metadata or FindCoordinator response (length prefix included) naming the proxy's ports
+        instead of the brokers; as it came when it cannot be decoded."""
+        try:
+            body = decode_response(request.api_key, request.api_version, frame[4:])
+        except (MalformedRequestError, UnknownApiError):
+            return frame
+        if request.api_key == METADATA:
+            brokers = [await self._proxied(broker) for broker in body.brokers]
+            body = dataclasses.replace(body, brokers=tuple(brokers))
+        elif request.api_version >= 4:
+            coordinators = [await self._proxied(coordinator) for coordinator in body.coordinators]
+            body = dataclasses.replace(body, coordinators=tuple(coordinators))
+        else:
+            body = await self._proxied(body)
+        return encode_response(request.correlation_id, body)
+
+    async def _proxied(self, entity: Any) -> Any:
+        """`entity` (a broker or coordinator) with its host and port replaced by the proxy's;
+        unchanged when it names no broker (a coordinator not found has port -1)."""
+        if entity.port <= 0 or not entity.host:
+            return entity
+        port = await self.port_for((entity.host, entity.port))
+        return dataclasses.replace(entity, host="127.0.0.1", port=type(entity.port)(port))
+
+    def drops_response(self, api_key: int) -> bool:
+        probability = self.plan.drop_response_probability
+        if api_key in WRITE_APIS and self.plan.drop_write_response_probability is not None:
+            probability = self.plan.drop_write_response_probability
+        return self.responses_dropped < self.plan.max_faults and self._random.random() < probability
 
 
 class _Link:
@@ -200,6 +279,10 @@ class _Link:
             frame = await reader.readexactly(_INT32.unpack(prefix)[0])
             if self.proxy.on_request is not None:
                 self.proxy.on_request(frame)
+            if frame[:2] == _PRODUCE_KEY and self.proxy.drops_produce_request():
+                self.proxy.requests_dropped += 1
+                self._count_reset_losses()
+                return  # the caller resets both connections: the request is lost on the way
             for outgoing in self._handle(frame):
                 self.broker.write(outgoing)
             self._send_forged()
@@ -208,7 +291,7 @@ class _Link:
     def _handle(self, frame: bytes) -> list[bytes]:
         """The frames (length prefix included) to send the broker for one request frame."""
         try:
-            api_key, _version, correlation_id = peek_request_prefix(frame)
+            api_key, version, correlation_id = peek_request_prefix(frame)
         except MalformedRequestError:
             return [_INT32.pack(len(frame)) + frame]  # the broker judges garbage, not the proxy
         fault = self.proxy.plan.broker_fault
@@ -217,11 +300,11 @@ class _Link:
             with contextlib.suppress(MalformedRequestError, UnknownApiError):
                 decoded = decode_request(frame)
         if decoded is None:
-            self.pending.append(_Pending(correlation_id, api_key))
+            self.pending.append(_Pending(correlation_id, api_key, version))
             return [_INT32.pack(len(frame)) + frame]
         header, body = decoded
         if api_key == FETCH:
-            self.pending.append(_Pending(correlation_id, api_key))
+            self.pending.append(_Pending(correlation_id, api_key, version))
             if fault == "serve-aborted" and body.isolation_level == READ_COMMITTED:
                 self.proxy.broker_faults.fetches_rewritten += 1
                 return [encode_request(header, dataclasses.replace(body, isolation_level=READ_UNCOMMITTED))]
@@ -234,9 +317,9 @@ class _Link:
             counts.produces_dropped += 1
             counts.dropped_values += _produce_values(body)
             forged = encode_response(correlation_id, _produce_success(header.request_api_version, body))
-            self.pending.append(_Pending(correlation_id, api_key, forged=forged))
+            self.pending.append(_Pending(correlation_id, api_key, version, forged=forged))
             return []
-        self.pending.append(_Pending(correlation_id, api_key))
+        self.pending.append(_Pending(correlation_id, api_key, version))
         if fault == "duplicate-produce" and self.proxy.broker_fault_hits():
             copy = _non_idempotent_copy(body)
             if copy is not None:
@@ -244,7 +327,7 @@ class _Link:
                 counts.duplicated_values += _produce_values(copy)
                 self.own_correlation_id -= 1
                 own = dataclasses.replace(header, correlation_id=self.own_correlation_id)
-                self.pending.append(_Pending(self.own_correlation_id, api_key, swallow=True))
+                self.pending.append(_Pending(self.own_correlation_id, api_key, version, swallow=True))
                 return [*original, encode_request(own, copy)]
         return original
 
@@ -263,14 +346,25 @@ class _Link:
                 continue
             if self.proxy.plan.delay_response_s:
                 await asyncio.sleep(self.proxy.plan.delay_response_s)
-            if self.proxy.drops_response():
+            if self.proxy.drops_response(answered.api_key if answered else -1):
                 self.proxy.responses_dropped += 1
                 self.proxy.dropped_by_api[answered.api_key if answered else -1] += 1
+                self._count_reset_losses()
                 return  # the caller resets both connections: the ack is lost
-            self.client.write(prefix + body)
+            frame = prefix + body
+            if self.proxy.rewrite_addresses and answered is not None and answered.api_key in ADDRESS_APIS:
+                frame = await self.proxy.rewritten(answered, frame)
+            self.client.write(frame)
             self._send_forged()
             await self.client.drain()
             self.proxy.responses_forwarded += 1
+
+    def _count_reset_losses(self) -> None:
+        """The reset about to come destroys the answers to every request still waiting on this
+        connection too: those to writes are lost acks."""
+        for waiting in self.pending:
+            if waiting.forged is None and not waiting.swallow:
+                self.proxy.dropped_by_api[waiting.api_key] += 1
 
     def _answered(self, correlation_id: int) -> _Pending | None:
         """The pending request this response answers; made-up answers before it go out first."""

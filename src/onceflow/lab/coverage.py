@@ -7,14 +7,20 @@ happened, not from what the schedule meant to happen:
   LSO and a read_committed read skips, i.e. records of aborted transactions, from the final reads
   of the log itself;
 - `acks_lost`: responses to writes (Produce, OffsetCommit, TxnOffsetCommit, EndTxn) the proxy
-  destroyed after the broker had acted on them;
+  destroyed after the broker had acted on them, or that were still due on a connection the proxy
+  reset;
+- `produce_requests_lost`: Produce requests the proxy destroyed before the broker saw them (a
+  fire-and-forget send among them is lost without anyone knowing);
 - `broker_kills`: SIGKILLs of the broker;
 - `producers_killed_mid_batch`: producer incarnations that died with their last send neither
   acknowledged nor aborted;
 - `consumers_killed_before_commit`: worker incarnations that died with polled records they had
   not committed (so they are read again);
 - `consumers_killed_before_output`: worker incarnations that died with committed records they had
-  not processed.
+  not processed;
+- `zombies_resumed`: worker incarnations paused with polled records uncommitted (and, where the
+  preset processes first, processed), that went on after their successor had started: a zombie
+  whose commit only fencing can stop.
 A run's last incarnation of each client is left out: the lab stops it after the drain.
 """
 
@@ -29,21 +35,24 @@ from onceflow.lab.history import Event
 COUNTERS = (
     "aborted_records_in_log",
     "acks_lost",
+    "produce_requests_lost",
     "broker_kills",
     "producers_killed_mid_batch",
     "consumers_killed_before_commit",
     "consumers_killed_before_output",
+    "zombies_resumed",
 )
 # The anomalies a run is judged on, each with the counters that give it a chance to show.
 PRECONDITIONS: dict[str, tuple[str, ...]] = {
     "lost": (
         "acks_lost",
+        "produce_requests_lost",
         "broker_kills",
         "producers_killed_mid_batch",
         "consumers_killed_before_commit",
         "consumers_killed_before_output",
     ),
-    "duplicated": ("acks_lost", "broker_kills", "consumers_killed_before_commit"),
+    "duplicated": ("acks_lost", "broker_kills", "consumers_killed_before_commit", "zombies_resumed"),
     # Only read_committed workers can read an aborted record they should not have.
     "aborted_reads": ("aborted_records_in_log",),
 }
@@ -51,13 +60,18 @@ FOUND, CLEAN, NOT_TESTED = "found", "clean", "not tested"
 
 
 def measure(
-    events: Iterable[Event], input_topic: str, acks_lost: int, broker_kills: int
+    events: Iterable[Event],
+    input_topic: str,
+    acks_lost: int,
+    broker_kills: int,
+    produce_requests_lost: int = 0,
 ) -> dict[str, int]:
     """The coverage counters of one run (see the module's docstring)."""
     events = list(events)
     counts = dict.fromkeys(COUNTERS, 0)
     counts["acks_lost"] = acks_lost
     counts["broker_kills"] = broker_kills
+    counts["produce_requests_lost"] = produce_requests_lost
     reads = final_reads(events)
     if input_topic in reads:
         counts["aborted_records_in_log"] = len(reads[input_topic].aborted())
@@ -75,6 +89,8 @@ def measure(
             continue
         if name.startswith("producer") and _killed_mid_batch(history):
             counts["producers_killed_mid_batch"] += 1
+        elif name.startswith("worker") and any(event["type"] == "resume" for event in history):
+            counts["zombies_resumed"] += 1
         elif name.startswith("worker"):
             after_poll = _after_last(history, "poll")
             if after_poll is None:

@@ -6,12 +6,23 @@ import random
 import signal
 from dataclasses import dataclass
 
-FAULTS = ("lost-acks", "producer-crash", "consumer-crash", "broker-crash", "txn-timeout")
-# Faults that need the lab's own broker: one restarts it, the other needs it to advertise the proxy.
-OWN_BROKER_FAULTS = frozenset({"lost-acks", "broker-crash"})
+FAULTS = (
+    "lost-acks",
+    "lost-requests",
+    "producer-crash",
+    "consumer-crash",
+    "zombie-consumer",
+    "broker-crash",
+    "txn-timeout",
+)
+# Faults that need the lab's own broker: it kills and restarts the broker process.
+OWN_BROKER_FAULTS = frozenset({"broker-crash"})
 
-# Lost acks: the share of responses the proxy destroys while the fault is on, and a cap on them.
+# Lost acks (and lost requests): the share of responses (Produce requests) the proxy destroys while
+# the fault is on, and a cap on them.
 DROP_PROBABILITY = 0.04
+# Answers to writes (acks proper) are lost more often: an at-most-once run has few (only its commits).
+DROP_WRITE_PROBABILITY = 0.2
 MAX_DROPPED = 25
 RESPONSE_DELAY_S = 0.003
 # The share of a transactional producer's transactions it aborts on purpose once their records are
@@ -27,7 +38,9 @@ HANGING_TIMEOUT_MS = 3000  # librdkafka wants socket.timeout.ms (3000) <= this +
 @dataclass(frozen=True)
 class FaultEvent:
     at_s: float
-    action: str  # kill-producer, kill-consumer, kill-broker, hang-transaction, lose-acks, stop-losing-acks
+    # kill-producer, kill-consumer, kill-broker, hang-transaction, lose-acks, stop-losing-acks,
+    # lose-requests, stop-losing-requests, pause-consumer
+    action: str
     target: int = 0
     crash_signal: int = signal.SIGUSR1
 
@@ -40,6 +53,8 @@ def schedule(
     events: list[FaultEvent] = []
     if "lost-acks" in faults:
         events += [FaultEvent(0.3, "lose-acks"), FaultEvent(window_s, "stop-losing-acks")]
+    if "lost-requests" in faults:
+        events += [FaultEvent(0.3, "lose-requests"), FaultEvent(window_s, "stop-losing-requests")]
     if "producer-crash" in faults:
         events += [
             FaultEvent(rng.uniform(0.5, window_s - 0.5), "kill-producer", rng.randrange(producers))
@@ -55,6 +70,8 @@ def schedule(
             )
             for kill in range(3)
         ]
+    if "zombie-consumer" in faults:
+        events.append(FaultEvent(rng.uniform(1.0, window_s - 1.0), "pause-consumer", rng.randrange(workers)))
     if "broker-crash" in faults:
         events.append(FaultEvent(rng.uniform(1.0, window_s - 1.0), "kill-broker"))
     if "txn-timeout" in faults:

@@ -1,5 +1,9 @@
 """One lab run: a broker (the lab's own, or `--bootstrap`), producers and a consume-process-produce
-stage as processes, the seeded faults of `faults.py`, a final read of both topics and the checker."""
+stage as processes, the seeded faults of `faults.py`, a final read of both topics and the checker.
+
+Clients always connect through the fault proxy. The lab's own broker advertises the proxy; any
+other cluster is reached through the proxy's address rewriting (a port per broker), so that every
+client-side fault works against any Kafka-compatible broker."""
 
 from __future__ import annotations
 
@@ -27,12 +31,13 @@ from onceflow.lab.checker import CheckResult, check
 from onceflow.lab.history import HistoryWriter, read_history
 from onceflow.lab.presets import PRESETS
 
-PARTITIONS = 3
+PARTITIONS = 3  # asked for; a cluster that only auto-creates topics may pick another number
 PRODUCERS = 2
 WORKERS = 2
 PRODUCE_S = 6.0  # the producers spread their values over this long; the faults fall inside it
 DRAIN_TIMEOUT_S = 60.0
 STALL_S = 12.0
+ZOMBIE_WAIT_S = 10.0  # a zombie goes on at the latest this long after its successor started
 
 Log = Callable[[str], None]
 
@@ -112,10 +117,12 @@ def run_lab(
 def run_scenario(scenario: Scenario, run_dir: Path, log: Log = lambda _line: None) -> RunResult:
     """Runs one scenario in `run_dir` (history, logs, broker data) and checks its history."""
     if scenario.bootstrap is not None and faults.OWN_BROKER_FAULTS & set(scenario.faults):
-        raise ValueError(f"{', '.join(sorted(faults.OWN_BROKER_FAULTS))} need the lab's own broker")
+        raise ValueError(f"{', '.join(sorted(faults.OWN_BROKER_FAULTS))} needs the lab's own broker")
     if scenario.bootstrap is not None and scenario.broker_fault is not None:
         raise ValueError("a broker fault needs the lab's own broker")
-    with FaultProxy(FaultPlan(seed=scenario.seed, broker_fault=scenario.broker_fault)) as proxy:
+    plan = FaultPlan(seed=scenario.seed, broker_fault=scenario.broker_fault)
+    upstream = None if scenario.bootstrap is None else _address(scenario.bootstrap.split(",")[0])
+    with FaultProxy(plan, upstream, rewrite_addresses=upstream is not None) as proxy:
         broker = None
         if scenario.bootstrap is None:
             broker = BrokerProcess(
@@ -134,6 +141,23 @@ def run_scenario(scenario: Scenario, run_dir: Path, log: Log = lambda _line: Non
         finally:
             if broker is not None:
                 broker.kill()
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.strip().rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class _Zombie:
+    """A worker told to pause at its crash point: signaled, then replaced by a successor, then resumed."""
+
+    name: str
+    process: subprocess.Popen[str]
+    incarnation: str
+    state: str = "signaled"
+    successor: str = ""
+    since: float = 0.0
 
 
 class _Run:
@@ -165,10 +189,12 @@ class _Run:
         self.injected: list[str] = []
         self.broker_kills = 0
         self.rng = random.Random(scenario.seed)
+        self.partitions: dict[str, int] = {}
+        self.zombies: list[_Zombie] = []
 
     @property
     def client_bootstrap(self) -> str:
-        return self.proxy.address if self.broker is not None else str(self.scenario.bootstrap)
+        return self.proxy.address
 
     @property
     def direct_bootstrap(self) -> str:
@@ -178,11 +204,7 @@ class _Run:
         scenario = self.scenario
         fault_names = ", ".join(scenario.faults) or "none"
         self.log(f"{scenario.guarantee}: {scenario.messages} messages, faults {fault_names}")
-        admin = AdminClient({"bootstrap.servers": self.direct_bootstrap})
-        topics = [NewTopic(topic, PARTITIONS, 1) for topic in (self.input, self.output)]
-        for future in admin.create_topics(topics).values():
-            future.result(timeout=30)
-        del admin  # its connections would only log the broker's planned deaths
+        self._create_topics()
         plan = faults.schedule(scenario.faults, scenario.seed, scenario.produce_s, PRODUCERS, WORKERS)
         hangers: list[threading.Thread] = []
         try:
@@ -207,7 +229,7 @@ class _Run:
                 hanger.join(timeout=60)
             drained = self._drain(time.monotonic() + DRAIN_TIMEOUT_S)
         finally:
-            for process in self.processes.values():
+            for process in [*self.processes.values(), *(zombie.process for zombie in self.zombies)]:
                 _kill(process)
         effects = None
         if scenario.broker_fault is not None:
@@ -217,7 +239,9 @@ class _Run:
         self._final_reads()
         events = read_history(self.history_dir)
         result = check(events, self.input, self.output)
-        counts = coverage.measure(events, self.input, self.proxy.acks_lost, self.broker_kills)
+        counts = coverage.measure(
+            events, self.input, self.proxy.acks_lost, self.broker_kills, self.proxy.requests_dropped
+        )
         read_committed = self.preset.consumer["isolation.level"] == "read_committed"
         judged = coverage.verdicts(result, counts, read_committed)
         self.log(
@@ -227,6 +251,24 @@ class _Run:
             + ", ".join(f"{anomaly} {verdict}" for anomaly, verdict in judged.items())
         )
         return RunResult(scenario, result, drained, self.injected, counts, judged, effects)
+
+    def _create_topics(self) -> None:
+        admin = AdminClient({"bootstrap.servers": self.direct_bootstrap})
+        cluster = admin.list_topics(timeout=30)
+        topics = (self.input, self.output)
+        # librdkafka's mock cluster has no controller to answer CreateTopics; it creates a topic
+        # (with partitions of its choosing) when a Metadata request names it.
+        if cluster.controller_id in cluster.brokers:
+            for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1) for topic in topics]).values():
+                future.result(timeout=30)
+        deadline = time.monotonic() + 30
+        while len(self.partitions) < len(topics):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the topics {', '.join(topics)} never showed up in the metadata")
+            for topic in topics:
+                found = admin.list_topics(topic, timeout=30).topics.get(topic)
+                if found is not None and found.error is None and found.partitions:
+                    self.partitions[topic] = len(found.partitions)
 
     def _report_broker_fault(self) -> None:
         done = self.proxy.broker_faults
@@ -281,6 +323,7 @@ class _Run:
 
     def _supervise(self) -> None:
         """Starts again every client that died, as an orchestrator would; a producer exits 0 when done."""
+        self._tend_zombies()
         for name, process in list(self.processes.items()):
             code = process.poll()
             if code is None or name in self.finished:
@@ -290,10 +333,32 @@ class _Run:
                 continue
             self._start(name)
 
+    def _tend_zombies(self) -> None:
+        """A paused worker gets a successor (as an orchestrator that declared it dead would start
+        one), and goes on once the successor has its partitions: a zombie."""
+        now = time.monotonic()
+        for zombie in self.zombies:
+            if zombie.state == "signaled" and self._recorded(zombie.incarnation, "pause"):
+                self._start(zombie.name)
+                zombie.successor = f"{zombie.name}.{self.incarnations[zombie.name]}"
+                zombie.state, zombie.since = "replaced", now
+            elif zombie.state == "signaled" and zombie.process.poll() is not None:
+                zombie.state = "gone"  # it died on its own before pausing: restarted as any other
+            elif zombie.state == "replaced" and (
+                self._recorded(zombie.successor, "assign") or now - zombie.since > ZOMBIE_WAIT_S
+            ):
+                zombie.process.send_signal(signal.SIGCONT)
+                zombie.state = "resumed"
+                self.injected.append(f"SIGCONT {zombie.incarnation} after {zombie.successor} started")
+
+    def _recorded(self, process: str, kind: str) -> bool:
+        path = self.history_dir / f"{process}.jsonl"
+        return path.exists() and f'"type":"{kind}"' in path.read_text(encoding="utf-8")
+
     def _starting(self, event: faults.FaultEvent) -> bool:
         """A client the event signals that has not yet created its history file (see
         `workload.CrashPoints`), so would die of the signal at a point nobody chose."""
-        if event.action not in ("kill-producer", "kill-consumer"):
+        if event.action not in ("kill-producer", "kill-consumer", "pause-consumer"):
             return False
         name = f"{'producer' if event.action == 'kill-producer' else 'worker'}-{event.target}"
         history = self.history_dir / f"{name}.{self.incarnations[name]}.jsonl"
@@ -304,11 +369,19 @@ class _Run:
         if action in ("lose-acks", "stop-losing-acks"):
             on = action == "lose-acks"
             self.proxy.plan.drop_response_probability = faults.DROP_PROBABILITY if on else 0.0
+            self.proxy.plan.drop_write_response_probability = faults.DROP_WRITE_PROBABILITY if on else 0.0
             self.proxy.plan.delay_response_s = faults.RESPONSE_DELAY_S if on else 0.0
             self.proxy.plan.max_faults = faults.MAX_DROPPED
             self.injected.append(f"{event.at_s:.1f}s {action}")
             if not on:
                 self.injected.append(f"proxy destroyed {self.proxy.responses_dropped} responses")
+        elif action in ("lose-requests", "stop-losing-requests"):
+            on = action == "lose-requests"
+            self.proxy.plan.drop_produce_request_probability = faults.DROP_PROBABILITY if on else 0.0
+            self.proxy.plan.max_faults = faults.MAX_DROPPED
+            self.injected.append(f"{event.at_s:.1f}s {action}")
+            if not on:
+                self.injected.append(f"proxy destroyed {self.proxy.requests_dropped} Produce requests")
         elif action in ("kill-producer", "kill-consumer"):
             # The process SIGKILLs itself at its next crash point (see `workload.CrashPoints`).
             name = f"{'producer' if action == 'kill-producer' else 'worker'}-{event.target}"
@@ -318,6 +391,14 @@ class _Run:
                 self.injected.append(
                     f"{event.at_s:.1f}s SIGKILL {name}.{self.incarnations[name]} at its {point} crash point"
                 )
+        elif action == "pause-consumer":
+            name = f"worker-{event.target}"
+            process = self.processes[name]
+            if process.poll() is None:
+                process.send_signal(signal.SIGURG)  # it stops itself at its crash point
+                incarnation = f"{name}.{self.incarnations[name]}"
+                self.zombies.append(_Zombie(name, process, incarnation))
+                self.injected.append(f"{event.at_s:.1f}s pause {incarnation} at its next crash point")
         elif action == "kill-broker" and self.broker is not None:
             self.broker.kill()
             self.broker_kills += 1
@@ -353,13 +434,15 @@ class _Run:
         """Waits until the group has committed past the last record a reader at its level can see,
         and no transaction holds the LSO back."""
         isolation = str(self.preset.consumer["isolation.level"])
+        partitions = self.partitions[self.input]
         progress: dict[int, int] = {}
         progress_at = time.monotonic()
         while time.monotonic() < deadline:
             self._supervise()
-            records, committed_ends = read_topic(self.direct_bootstrap, self.input, "read_committed")
+            bootstrap = self.direct_bootstrap
+            records, committed_ends = read_topic(bootstrap, self.input, partitions, "read_committed")
             if isolation != "read_committed":
-                records = read_topic(self.direct_bootstrap, self.input, isolation)[0]
+                records = read_topic(bootstrap, self.input, partitions, isolation)[0]
             last = {p: o for p, o, _v in records}  # records come in offset order per partition
             committed = self._committed()
             if {p: end for p, end in committed_ends} == self._high_watermarks() and all(
@@ -382,7 +465,8 @@ class _Run:
     def _committed(self) -> dict[int, int]:
         consumer = Consumer({"bootstrap.servers": self.direct_bootstrap, "group.id": self.group})
         try:
-            found = consumer.committed([TopicPartition(self.input, p) for p in range(PARTITIONS)], timeout=10)
+            partitions = range(self.partitions[self.input])
+            found = consumer.committed([TopicPartition(self.input, p) for p in partitions], timeout=10)
             return {tp.partition: tp.offset for tp in found}
         finally:
             consumer.close()
@@ -392,7 +476,7 @@ class _Run:
         try:
             return {
                 p: consumer.get_watermark_offsets(TopicPartition(self.input, p), timeout=10)[1]
-                for p in range(PARTITIONS)
+                for p in range(self.partitions[self.input])
             }
         finally:
             consumer.close()
@@ -401,13 +485,13 @@ class _Run:
         reader = HistoryWriter(self.history_dir / "final-read.jsonl", "final-read")
         for topic in (self.input, self.output):
             for isolation in ("read_committed", "read_uncommitted"):
-                records, ends = read_topic(self.direct_bootstrap, topic, isolation)
+                records, ends = read_topic(self.direct_bootstrap, topic, self.partitions[topic], isolation)
                 reader.record("read", topic=topic, isolation=isolation, records=records, ends=ends)
         reader.close()
 
 
 def read_topic(
-    bootstrap: str, topic: str, isolation: str, timeout_s: float = 30
+    bootstrap: str, topic: str, partitions: int, isolation: str, timeout_s: float = 30
 ) -> tuple[list[list[Any]], list[list[int]]]:
     """Every record of `topic` from offset 0 to its end at this isolation level, as
     [partition, offset, value] in offset order, and each partition's end offset."""
@@ -420,12 +504,12 @@ def read_topic(
             "enable.auto.commit": False,
         }
     )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     records: list[list[Any]] = []
     ends: dict[int, int] = {}
     deadline = time.monotonic() + timeout_s
     try:
-        while len(ends) < PARTITIONS and time.monotonic() < deadline:
+        while len(ends) < partitions and time.monotonic() < deadline:
             for message in consumer.consume(1000, timeout=0.2):
                 error = message.error()
                 if error is None:
@@ -436,7 +520,7 @@ def read_topic(
                     ends[message.partition() or 0] = message.offset() or 0
     finally:
         consumer.close()
-    if len(ends) < PARTITIONS:
+    if len(ends) < partitions:
         raise TimeoutError(f"{topic}: did not reach the end of every partition in {timeout_s}s")
     return records, sorted([p, end] for p, end in ends.items())
 

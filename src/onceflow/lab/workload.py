@@ -13,6 +13,10 @@ itself at its next crash point, recording a `crash` event first:
   commit: its records are in the log and the transaction will be aborted);
 - a worker before committing what it polled (after processing it, where the preset processes
   first), or on SIGUSR2 after committing and before processing, where the preset commits first.
+
+On SIGURG a process stops (SIGSTOP) at its first crash point instead, recording `pause`, and goes
+on where it stopped once the lab sends SIGCONT, recording `resume`: a zombie, which the lab
+resumes after starting its successor.
 """
 
 from __future__ import annotations
@@ -54,16 +58,26 @@ class CrashPoints:
 
     def __init__(self, points: tuple[str, ...]) -> None:
         self.armed: str | None = None
+        self.pausing = False
         signal.signal(signal.SIGUSR1, lambda _signal, _frame: self._arm(points[0]))
         signal.signal(signal.SIGUSR2, lambda _signal, _frame: self._arm(points[-1]))
+        signal.signal(signal.SIGURG, lambda _signal, _frame: self._arm(points[0], pausing=True))
 
-    def _arm(self, point: str) -> None:
+    def _arm(self, point: str, pausing: bool = False) -> None:
         self.armed = point
+        self.pausing = pausing
 
     def reached(self, point: str, history: HistoryWriter) -> None:
-        if self.armed == point:
-            history.record("crash", point=point)
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.armed != point:
+            return
+        if self.pausing:
+            self.armed = None
+            history.record("pause", point=point)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            history.record("resume", point=point)
+            return
+        history.record("crash", point=point)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def producer_config(bootstrap: str, preset: Preset, transactional_id: str) -> dict[str, str | int | bool]:

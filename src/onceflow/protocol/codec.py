@@ -82,6 +82,28 @@ def decode_request(frame: bytes) -> tuple[Any, Any]:
     return header, body
 
 
+@cache
+def _response_readers(api_key: int, api_version: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    body = response_type(api_key, api_version)
+    return entity_reader(body.__header_schema__), entity_reader(body)
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> Any:
+    """The body of a response frame (without its length prefix) to a request of that API and
+    version; a response does not name its API, so the caller must remember the request's. Only
+    for responses of a trusted broker: the lengths in them are not checked against the frame."""
+    try:
+        read_header, read_body = _response_readers(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity) as error:
+        raise UnknownApiError(f"unknown api key {api_key} version {api_version}") from error
+    try:
+        _header, header_size = read_header(frame, 0)
+        body, _ = read_body(frame, header_size)
+    except Exception as error:  # kio raises assorted errors on garbage input
+        raise MalformedRequestError(f"cannot decode the response of api {api_key} v{api_version}") from error
+    return body
+
+
 _ResponseWriters = tuple[type[Any], Callable[..., None], Callable[..., None]]
 _response_writers_by_class: dict[type[Any], _ResponseWriters] = {}
 

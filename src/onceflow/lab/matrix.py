@@ -1,0 +1,132 @@
+"""`onceflow lab matrix`: each documented failure on its own against each guarantee, judged against
+what the documents predict.
+
+A cell is one small lab run (`runner.run_scenario`). For each anomaly it shows the count, or "not
+tested" when the run never created the anomaly's preconditions (`coverage`), next to the
+prediction: at-most-once may lose and never duplicates, at-least-once never loses and may
+duplicate, exactly-once neither loses, duplicates nor reads aborted data. A measurement that
+breaks a "never" is a disagreement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from onceflow.lab import coverage
+from onceflow.lab.runner import Log, RunResult, Scenario, run_scenario
+
+
+@dataclass(frozen=True)
+class Failure:
+    key: str
+    title: str
+    faults: tuple[str, ...]
+
+
+FAILURES = (
+    Failure("A", "an ack lost after the broker stored the batch", ("lost-acks",)),
+    Failure("B", "a producer crashed in the middle of a batch", ("producer-crash",)),
+    Failure("C", "fire-and-forget sends lost on the way (a dropped request)", ("lost-requests",)),
+    Failure("D", "a consumer crashed after processing, before committing", ("consumer-crash",)),
+    Failure("E", "a zombie consumer: paused there, on again once its successor ran", ("zombie-consumer",)),
+)
+MAY, NEVER = "may", "never"
+# What the documents promise per guarantee; aborted reads matter only to read_committed readers.
+PREDICTIONS: dict[str, dict[str, str]] = {
+    "at-most-once": {"lost": MAY, "duplicated": NEVER},
+    "at-least-once": {"lost": NEVER, "duplicated": MAY},
+    "exactly-once": {"lost": NEVER, "duplicated": NEVER, "aborted_reads": NEVER},
+}
+ANOMALIES = ("lost", "duplicated", "aborted_reads")
+MESSAGES = 150
+PRODUCE_S = 3.0
+
+
+def judge(failure: Failure, result: RunResult) -> dict[str, Any]:
+    """One cell: per anomaly the prediction, the count (None: not tested) and whether they agree
+    (None: not tested, or nothing to disagree with); and the cell's overall agreement."""
+    run = result.to_json()
+    cells: dict[str, dict[str, Any]] = {}
+    for anomaly, predicted in PREDICTIONS[result.scenario.guarantee].items():
+        verdict = result.verdicts.get(anomaly, coverage.NOT_TESTED)
+        measured = None if verdict == coverage.NOT_TESTED else int(run[anomaly])
+        agrees = None if measured is None else (predicted == MAY or measured == 0)
+        cells[anomaly] = {"predicted": predicted, "measured": measured, "verdict": verdict, "agrees": agrees}
+    judged = [cell["agrees"] for cell in cells.values() if cell["predicted"] == NEVER]
+    return {
+        "failure": failure.key,
+        "title": failure.title,
+        "guarantee": result.scenario.guarantee,
+        "faults": list(failure.faults),
+        "cells": cells,
+        # False on any broken promise; None when no promise could be checked at all.
+        "agrees": False if False in judged else True if True in judged else None,
+        "run": run,
+    }
+
+
+def run_matrix(
+    failures: Iterable[Failure],
+    guarantees: Iterable[str],
+    workdir: Path,
+    seed: int,
+    bootstrap: str | None = None,
+    messages: int = MESSAGES,
+    produce_s: float = PRODUCE_S,
+    log: Log = lambda _line: None,
+) -> list[dict[str, Any]]:
+    rows = []
+    guarantees = list(guarantees)
+    for failure in failures:
+        for guarantee in guarantees:
+            run_dir = workdir / f"{failure.key}-{guarantee}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            scenario = Scenario(guarantee, failure.faults, messages, seed, bootstrap, produce_s=produce_s)
+            rows.append(judge(failure, run_scenario(scenario, run_dir, log)))
+    return rows
+
+
+def _cell_text(cell: Mapping[str, Any] | None) -> str:
+    if cell is None:
+        return "[dim]-[/]"
+    shown = "n/t" if cell["measured"] is None else str(cell["measured"])
+    if cell["agrees"] is False:
+        return f"[bold red]{shown} {cell['predicted']}![/]"
+    if cell["measured"] is None:
+        return f"[yellow]{shown}[/] {cell['predicted']}"
+    return f"{shown} {cell['predicted']}"
+
+
+def print_matrix(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
+    """Scenario x guarantee; each count beside its prediction ("never" or "may"), "n/t" when not
+    tested, "!" where the measurement breaks the prediction. Fits 80 columns."""
+    table = Table(title="delivery-semantics matrix", box=box.SIMPLE_HEAD, padding=(0, 1))
+    table.add_column("failure", no_wrap=True)
+    table.add_column("guarantee", no_wrap=True)
+    table.add_column("lost", no_wrap=True)
+    table.add_column("dup", no_wrap=True)
+    table.add_column("aborted", no_wrap=True)
+    table.add_column("agrees", no_wrap=True)
+    previous = None
+    for row in rows:
+        agrees = row["agrees"]
+        table.add_row(
+            row["failure"] if row["failure"] != previous else "",
+            row["guarantee"],
+            *(_cell_text(row["cells"].get(anomaly)) for anomaly in ANOMALIES),
+            "[green]yes[/]" if agrees else "[bold red]NO[/]" if agrees is False else "[yellow]not tested[/]",
+        )
+        previous = row["failure"]
+    console = console or Console()
+    console.print(table)
+    for failure in FAILURES:
+        if any(row["failure"] == failure.key for row in rows):
+            console.print(f"  {failure.key}: {failure.title}", highlight=False)
+    console.print("  n/t: not tested (the run never created the anomaly's preconditions)", highlight=False)
