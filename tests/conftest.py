@@ -19,18 +19,20 @@ from onceflow import EmbeddedBroker
 from tests.postgres import PostgresServer
 
 # `make test` runs on pytest-xdist workers. Two cores hold two Spark jobs at a time, not more, so
-# the Spark tests run in two lanes of about equal length (measured with `--durations`), each lane
-# in order on one worker, while the other workers take everything else. First match wins.
-SPARK_LANES = (
-    ("tests/spark/", "spark-data-source"),
-    ("tests/pipeline/test_standalone.py", "spark-data-source"),
-    ("tests/pipeline/", "spark-pipeline"),
-    ("tests/demo/", "spark-pipeline"),
-)
+# the Spark test files run in two lanes of about equal length (measured with `--durations`), each
+# lane in order on one worker, while the other workers take everything else.
+SPARK_LANES = {
+    "tests/demo/test_demo.py": "spark-pipeline",
+    "tests/pipeline/test_crash.py": "spark-pipeline",
+    "tests/pipeline/test_booking_pairs.py": "spark-pipeline",
+    "tests/spark/test_data_source.py": "spark-data-source",
+    "tests/spark/test_kill_restart.py": "spark-data-source",
+    "tests/pipeline/test_standalone.py": "spark-data-source",
+}
 
 
 def spark_lane(nodeid: str) -> str | None:
-    return next((lane for prefix, lane in SPARK_LANES if nodeid.startswith(prefix)), None)
+    return SPARK_LANES.get(nodeid.split("::")[0])
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
