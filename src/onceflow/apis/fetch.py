@@ -72,6 +72,10 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
     for topic in body.topics:
         partitions = []
         for wanted in topic.partitions:
+            # In a cluster only the partition's leader answers fetches.
+            if request.broker.leader_elsewhere(topic.topic, wanted.partition):
+                partitions.append(_partition_error(wanted.partition, ErrorCode.not_leader_or_follower))
+                continue
             log = logs.get(topic.topic, wanted.partition)
             if log is None:
                 partitions.append(_partition_error(wanted.partition, ErrorCode.unknown_topic_or_partition))

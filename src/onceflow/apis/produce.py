@@ -58,14 +58,17 @@ def _produce_partition(
         return _error(ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
     if is_internal(topic):
         return _error(ErrorCode.invalid_topic_exception, f"{topic} is written by its coordinator only")
+    if broker.leader_elsewhere(topic, partition):
+        return _error(ErrorCode.not_leader_or_follower, f"this broker does not lead {topic}-{partition}")
     log = broker.logs.get(topic, partition)
     if log is None:
         return _error(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
-    if acks == -1 and _min_insync_replicas(request, topic) > 1:
-        return _error(
-            ErrorCode.not_enough_replicas,
-            "this broker is the only replica, so min.insync.replicas > 1 cannot be met",
-        )
+    if acks == -1 and _min_insync_replicas(request, topic) > broker.in_sync_replicas(topic, partition):
+        if broker.cluster is None:
+            message = "this broker is the only replica, so min.insync.replicas > 1 cannot be met"
+        else:
+            message = f"the ISR of {topic}-{partition} is smaller than min.insync.replicas"
+        return _error(ErrorCode.not_enough_replicas, message)
     if not records:
         return _error(ErrorCode.corrupt_message, "the partition data holds no record batch")
     try:

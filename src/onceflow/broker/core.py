@@ -18,12 +18,13 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.markers import BrokerTransactionPartitions
 from onceflow.broker.metrics import Metrics, PrometheusMetrics
 from onceflow.broker.producer_ids import ProducerIdAllocator
+from onceflow.cluster.view import ClusterView
 from onceflow.coordinator.group import (
     CONSUMER_OFFSETS_CONFIG,
     CONSUMER_OFFSETS_TOPIC,
@@ -37,9 +38,14 @@ from onceflow.coordinator.transaction import (
     TransactionCoordinator,
     TxnReply,
 )
+from onceflow.extras import require
 from onceflow.log.cleaner import abandon, plan_cleaning, swap_in, write_cleaned_segments
+from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
 from onceflow.log.manager import LogManager
+
+if TYPE_CHECKING:
+    from onceflow.cluster.zk import ZooKeeperCluster
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +100,18 @@ class Broker:
         self.node_id = config.get_int("node.id")
         self.cluster_id = config.get("cluster.id")
         self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
+        self.cluster: ZooKeeperCluster | None = None
+        if config.get("zookeeper.connect"):
+            require("onceflow broker --zookeeper", "kazoo", "cluster", ("kazoo",))
+            from onceflow.cluster.zk import ZooKeeperCluster
+
+            self.cluster = ZooKeeperCluster(
+                config.get("zookeeper.connect"),
+                self.node_id,
+                config.get_int("zookeeper.session.timeout.ms"),
+                config.get_bool("unclean.leader.election.enable"),
+                self._cluster_changed,
+            )
         self._fetch_waiters: set[asyncio.Future[None]] = set()
         self._durability_waiters: list[tuple[list[tuple[DurableLog, int]], asyncio.Future[None]]] = []
         self._dirty: set[DurableLog] = set()
@@ -126,7 +144,15 @@ class Broker:
         for transactional_id in self.transactions.pending_completions():
             self.complete_transaction(transactional_id)  # prepared before a crash
 
+    async def join_cluster(self) -> None:
+        """In cluster mode, register with ZooKeeper (after `start`, which knows the endpoint)."""
+        if self.cluster is not None:
+            await self.cluster.join(self.endpoint.host, self.endpoint.port)
+
     async def stop(self) -> None:
+        # Leave the cluster first, so that the others elect new leaders at once.
+        if self.cluster is not None:
+            await self.cluster.leave()
         # A transaction stopped half-way stays Prepare* in its log and completes at the next start.
         if self._group_timer is not None:
             self._group_timer.cancel()
@@ -189,6 +215,38 @@ class Broker:
             for transactional_id in self.transactions.pending_completions():
                 self.complete_transaction(transactional_id)
             self.transactions.expire_idle_ids(now_ms())
+
+    # -- cluster mode ----------------------------------------------------------------
+    def _cluster_changed(self, view: ClusterView) -> None:
+        """Open the local logs of the topics this broker holds a replica of, with the topic id
+        and configs every broker shares."""
+        for topic, assignment in view.topics.items():
+            if topic in self.logs.topics or not any(self.node_id in nodes for nodes in assignment.replicas):
+                continue
+            try:
+                self.logs.create_topic(
+                    topic, len(assignment.replicas), view.topic_configs.get(topic, {}), assignment.topic_id
+                )
+            except LogError:
+                log.exception("cannot open the local log of topic %r", topic)
+
+    def leader_elsewhere(self, topic: str, partition: int) -> bool:
+        """In a cluster: the partition exists and another broker leads it, or none does."""
+        if self.cluster is None:
+            return False
+        view = self.cluster.view
+        assignment = view.topics.get(topic)
+        return (
+            assignment is not None
+            and 0 <= partition < len(assignment.replicas)
+            and view.leader(topic, partition) != self.node_id
+        )
+
+    def in_sync_replicas(self, topic: str, partition: int) -> int:
+        """How many replicas are in the partition's ISR: this broker alone outside a cluster."""
+        if self.cluster is None:
+            return 1
+        return len(self.cluster.view.isr(topic, partition))
 
     # -- consumer-group timeouts ---------------------------------------------------
     def _schedule_group_timer(self, at_ms: int) -> None:

@@ -113,9 +113,12 @@ class LogManager:
         validate_topic_configs(configs)
         return self._overlay(configs)
 
-    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> TopicInfo:
+    def create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str], topic_id: uuid.UUID | None = None
+    ) -> TopicInfo:
+        """A new topic; in a cluster, with the id every broker shares."""
         config = self.validate_new_topic(name, partitions, configs)
-        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+        info = TopicInfo(name, topic_id or uuid.uuid4(), partitions, dict(configs))
         self._open_new_partitions(name, range(partitions), config)
         self.topics[name] = info
         self._write_topics()
