@@ -1,0 +1,159 @@
+"""Three broker processes that form a cluster through a real ZooKeeper, with real clients."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from tests.cluster_mode.conftest import BROKER_IDS, Cluster
+from tests.conftest import wait_until
+from tests.wire import WireClient, make_batch, produce
+
+pytestmark = pytest.mark.zookeeper
+
+
+def create_topic(cluster: Cluster, name: str, partitions: int, factor: int, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(name, partitions, factor, config=configs)])[name].result(20)
+
+
+def fetch_error(address: str, topic: str, partition: int) -> int:
+    with WireClient(address) as client:
+        response = client.request(
+            1,
+            12,
+            replica_id=-1,
+            max_wait=0,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": 0,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+    return int(response.responses[0].partitions[0].error_code)
+
+
+def test_brokers_agree_on_topics_replicas_and_leaders(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    create_topic(cluster, "orders", 3, 3)
+    for partition_index in range(3):  # each broker learns the leaders when its watches fire
+        cluster.wait_for_leader("orders", partition_index)
+    described = [cluster.metadata(broker_id, "orders") for broker_id in BROKER_IDS]
+    first = described[0]
+    assert sorted(broker.node_id for broker in first.brokers) == list(BROKER_IDS)
+    assert first.controller_id in BROKER_IDS
+    topic = first.topics[0]
+    assert topic.error_code == ErrorCode.none
+    for partition in topic.partitions:
+        assert sorted(partition.replica_nodes) == list(BROKER_IDS)
+        assert sorted(partition.isr_nodes) == list(BROKER_IDS)
+        assert partition.leader_id == partition.replica_nodes[0]
+    # Leaders spread over the brokers, and every broker says the same (topic id included).
+    assert {partition.leader_id for partition in topic.partitions} == set(BROKER_IDS)
+    for other in described[1:]:
+        assert (other.brokers, other.controller_id, other.topics) == (
+            first.brokers,
+            first.controller_id,
+            first.topics,
+        )
+
+    with pytest.raises(KafkaException) as refused:
+        create_topic(cluster, "too-many", 1, 4)
+    assert refused.value.args[0].code() == ErrorCode.invalid_replication_factor
+
+
+def test_auto_created_topics_take_the_default_replication_factor(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    first = cluster.metadata(2, "auto", auto_create=True).topics[0]
+    assert first.error_code in (ErrorCode.leader_not_available, ErrorCode.none)
+    partition = cluster.wait_for_leader("auto")
+    assert sorted(partition.replica_nodes) == list(BROKER_IDS)
+
+
+def test_only_the_leader_takes_produce_and_fetch(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    create_topic(cluster, "single", 1, 2)
+    partition = cluster.wait_for_leader("single")
+    followers = [broker_id for broker_id in BROKER_IDS if broker_id != partition.leader_id]
+    for broker_id in [*followers, partition.leader_id]:
+        address = cluster.brokers[broker_id].bootstrap_servers
+        with WireClient(address) as client:
+            answer = produce(client, "single", 0, make_batch([b"x"]), acks=1)
+        expected = ErrorCode.none if broker_id == partition.leader_id else ErrorCode.not_leader_or_follower
+        assert (broker_id, answer.error_code) == (broker_id, expected)
+        assert (broker_id, fetch_error(address, "single", 0)) == (broker_id, expected)
+
+
+def test_a_killed_leader_is_replaced_from_the_isr_and_producers_carry_on(cluster: Cluster) -> None:
+    create_topic(cluster, "payments", 1, 3)
+    before = cluster.wait_for_leader("payments")
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "message.timeout.ms": 30000}
+    )
+    delivered: list[tuple[object, int]] = []
+
+    def sent(error: object, message: object) -> None:
+        delivered.append((error, message.offset()))  # type: ignore[attr-defined]
+
+    for index in range(5):
+        producer.produce("payments", value=b"before-%d" % index, on_delivery=sent)
+    assert producer.flush(20) == 0
+
+    cluster.brokers[before.leader_id].kill()
+    after = cluster.wait_for_leader("payments", not_on=before.leader_id)
+    assert after.leader_id in before.isr_nodes
+    assert after.leader_epoch == before.leader_epoch + 1
+    assert before.leader_id not in after.isr_nodes
+    assert after.offline_replicas == (before.leader_id,)
+
+    for index in range(5):
+        producer.produce("payments", value=b"after-%d" % index, on_delivery=sent)
+    assert producer.flush(30) == 0
+    assert [error for error, _ in delivered] == [None] * 10
+    # The new leader appends in order (from 0: the old leader's records were not replicated).
+    assert [offset for _, offset in delivered[5:]] == list(range(5))
+
+
+def test_the_controller_fails_over_and_a_shrunk_isr_refuses_acks_all(cluster: Cluster) -> None:
+    create_topic(cluster, "ledger", 1, 3, **{"min.insync.replicas": "2"})
+    controller = cluster.metadata(1).controller_id
+    cluster.brokers[controller].kill()
+    survivors = [broker_id for broker_id in BROKER_IDS if broker_id != controller]
+
+    def new_controller() -> bool:
+        return all(
+            cluster.metadata(broker_id).controller_id not in (controller, -1) for broker_id in survivors
+        )
+
+    wait_until(new_controller, timeout_s=20)
+    assert len({cluster.metadata(broker_id).controller_id for broker_id in survivors}) == 1
+
+    # Two of three in sync: acks=all is taken. One of three: NOT_ENOUGH_REPLICAS.
+    leader = cluster.wait_for_leader("ledger", not_on=controller).leader_id
+    with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
+        assert produce(client, "ledger", 0, make_batch([b"a"])).error_code == ErrorCode.none
+    cluster.brokers[next(broker_id for broker_id in survivors if broker_id != leader)].kill()
+    wait_until(lambda: len(cluster.partition(leader, "ledger").isr_nodes) == 1, timeout_s=20)
+    with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
+        refused = produce(client, "ledger", 0, make_batch([b"b"]))
+        assert refused.error_code == ErrorCode.not_enough_replicas
+        assert produce(client, "ledger", 0, make_batch([b"c"]), acks=1).error_code == ErrorCode.none
