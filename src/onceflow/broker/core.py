@@ -65,6 +65,8 @@ class Endpoint:
 
 class Broker:
     def __init__(self, data_dir: Path, config: BrokerConfig, metrics: bool = False) -> None:
+        if config.get("zookeeper.connect"):
+            require("onceflow broker --zookeeper", "kazoo", "cluster", ("kazoo",))
         self.config = config
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -102,7 +104,6 @@ class Broker:
         self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
         self.cluster: ZooKeeperCluster | None = None
         if config.get("zookeeper.connect"):
-            require("onceflow broker --zookeeper", "kazoo", "cluster", ("kazoo",))
             from onceflow.cluster.zk import ZooKeeperCluster
 
             self.cluster = ZooKeeperCluster(

@@ -48,7 +48,6 @@ from onceflow.cluster.znodes import (
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 15
 RETRY_AFTER_ERROR_S = 0.2
 
 
@@ -65,7 +64,9 @@ class ZooKeeperCluster:
         self.connect = connect
         self.broker_id = broker_id
         self.view = ClusterView()
-        self._client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        # Kafka's zookeeper.connection.timeout.ms defaults to the session timeout, too.
+        self._timeout_s = session_timeout_ms / 1000
+        self._client = KazooClient(hosts=connect, timeout=self._timeout_s)
         self._unclean_default = unclean_leader_election
         self._on_view = on_view
         self._registration: BrokerRegistration | None = None
@@ -85,7 +86,7 @@ class ZooKeeperCluster:
         """Register this broker (an ephemeral /brokers/ids/N) and wait for the first view."""
         self._loop = asyncio.get_running_loop()
         try:
-            await asyncio.to_thread(self._client.start, CONNECT_TIMEOUT_S)
+            await asyncio.to_thread(self._client.start, self._timeout_s)
         except KazooTimeoutError as error:
             raise ClusterError(f"cannot reach ZooKeeper at {self.connect}") from error
         self._registration = BrokerRegistration(self.broker_id, host, port)
@@ -97,7 +98,8 @@ class ZooKeeperCluster:
         self._client.add_listener(self._session_state_changed)
         self._follower = asyncio.create_task(self._follow(), name="cluster-follower")
         self._changed.set()
-        await self.wait_for(lambda view: self.broker_id in view.brokers, CONNECT_TIMEOUT_S)
+        if not await self.wait_for(lambda view: self.broker_id in view.brokers, self._timeout_s):
+            raise ClusterError(f"broker {self.broker_id} did not see its own registration in time")
 
     async def leave(self) -> None:
         """Close the session: the ephemeral znodes go at once, so the others take over now."""
