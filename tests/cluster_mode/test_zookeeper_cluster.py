@@ -157,3 +157,11 @@ def test_the_controller_fails_over_and_a_shrunk_isr_refuses_acks_all(cluster: Cl
         refused = produce(client, "ledger", 0, make_batch([b"b"]))
         assert refused.error_code == ErrorCode.not_enough_replicas
         assert produce(client, "ledger", 0, make_batch([b"c"]), acks=1).error_code == ErrorCode.none
+
+
+def test_no_two_brokers_hand_out_the_same_producer_id(shared_cluster: Cluster) -> None:
+    ids = []
+    for broker in shared_cluster.brokers.values():
+        with WireClient(broker.bootstrap_servers) as client:
+            ids += [client.init_producer_id().producer_id for _ in range(2)]
+    assert len(set(ids)) == len(ids) == 2 * len(BROKER_IDS)

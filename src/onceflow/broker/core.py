@@ -71,7 +71,21 @@ class Broker:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(data_dir, config.log_config, now_ms())
-        self.producer_ids = ProducerIdAllocator(data_dir)
+        self.cluster: ZooKeeperCluster | None = None
+        if config.get("zookeeper.connect"):
+            from onceflow.cluster.zk import ZooKeeperCluster
+
+            self.cluster = ZooKeeperCluster(
+                config.get("zookeeper.connect"),
+                config.get_int("node.id"),
+                config.get_int("zookeeper.session.timeout.ms"),
+                config.get_bool("unclean.leader.election.enable"),
+                self._cluster_changed,
+            )
+        # A cluster's brokers take producer id blocks from ZooKeeper, so that no two hand out one id.
+        self.producer_ids = ProducerIdAllocator(
+            data_dir, self.cluster.reserve_producer_ids if self.cluster is not None else None
+        )
         # One timer at the groups' next deadline, so that sessions and rebalances time out on time.
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at_ms: int | None = None
@@ -102,17 +116,6 @@ class Broker:
         self.node_id = config.get_int("node.id")
         self.cluster_id = config.get("cluster.id")
         self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
-        self.cluster: ZooKeeperCluster | None = None
-        if config.get("zookeeper.connect"):
-            from onceflow.cluster.zk import ZooKeeperCluster
-
-            self.cluster = ZooKeeperCluster(
-                config.get("zookeeper.connect"),
-                self.node_id,
-                config.get_int("zookeeper.session.timeout.ms"),
-                config.get_bool("unclean.leader.election.enable"),
-                self._cluster_changed,
-            )
         self._fetch_waiters: set[asyncio.Future[None]] = set()
         self._durability_waiters: list[tuple[list[tuple[DurableLog, int]], asyncio.Future[None]]] = []
         self._dirty: set[DurableLog] = set()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from onceflow.cluster.controller import CREATE, ControllerStateMachine, Replicas, StateWrite
@@ -31,6 +31,7 @@ from onceflow.cluster.znodes import (
     CONTROLLER,
     CONTROLLER_EPOCH,
     NO_LEADER,
+    PRODUCER_ID_BLOCK,
     TOPIC_CONFIGS,
     TOPICS,
     BrokerRegistration,
@@ -38,8 +39,10 @@ from onceflow.cluster.znodes import (
     TopicAssignment,
     broker_path,
     decode_controller,
+    decode_producer_id_block_end,
     decode_topic_config,
     encode_controller,
+    encode_producer_id_block,
     encode_topic_config,
     partition_state_path,
     topic_config_path,
@@ -328,6 +331,29 @@ class ZooKeeperCluster:
             return False
         log.info("%s-%d: %s", write.topic, write.partition, write.state)
         return True
+
+    # -- producer ids ------------------------------------------------------------------------
+    def reserve_producer_ids(self, size: int) -> int:
+        """The first of `size` producer ids no other broker gets: a compare-and-set on
+        /latest_producer_id_block, as Kafka's ZooKeeper mode. It blocks the caller for a round
+        trip to ZooKeeper, once per block."""
+        client = self._client
+        while True:
+            try:
+                data, stat = client.get(PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                first, version = 0, CREATE
+            else:
+                first, version = decode_producer_id_block_end(data) + 1, stat.version
+            block = encode_producer_id_block(self.broker_id, first, first + size - 1)
+            try:
+                if version == CREATE:
+                    client.create(PRODUCER_ID_BLOCK, block)
+                else:
+                    client.set(PRODUCER_ID_BLOCK, block, version=version)
+            except (NodeExistsError, BadVersionError):
+                continue  # another broker took a block first
+            return first
 
     # -- topics ------------------------------------------------------------------------------
     async def create_topic(

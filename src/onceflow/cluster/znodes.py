@@ -17,6 +17,7 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 TOPIC_CONFIGS = "/config/topics"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 
 NO_LEADER = -1
 
@@ -132,6 +133,19 @@ def encode_controller(broker_id: int) -> bytes:
 
 def decode_controller(data: bytes) -> int:
     return _int(_load(data), "brokerid")
+
+
+def encode_producer_id_block(broker_id: int, first: int, last: int) -> bytes:
+    """Kafka's ProducerIdBlockZNode: the last block handed out, both ends included."""
+    return _dump({"version": 1, "broker": broker_id, "block_start": str(first), "block_end": str(last)})
+
+
+def decode_producer_id_block_end(data: bytes) -> int:
+    """The last id handed out so far."""
+    try:
+        return int(_str(_load(data), "block_end"))
+    except ValueError as error:
+        raise ValueError(f"bad producer id block: {error}") from error
 
 
 def encode_topic_config(configs: Mapping[str, str]) -> bytes:
