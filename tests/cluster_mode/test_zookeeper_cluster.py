@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
@@ -76,6 +76,16 @@ def test_brokers_agree_on_topics_replicas_and_leaders(shared_cluster: Cluster) -
             first.topics,
         )
 
+    with WireClient(cluster.brokers[2].bootstrap_servers) as client:
+        pages = client.request(75, 0, topics=[{"name": "orders"}], response_partition_limit=100, cursor=None)
+    assert [
+        (partition.leader_id, partition.leader_epoch, partition.replica_nodes, partition.isr_nodes)
+        for partition in pages.topics[0].partitions
+    ] == [
+        (partition.leader_id, partition.leader_epoch, partition.replica_nodes, partition.isr_nodes)
+        for partition in topic.partitions
+    ]
+
     with pytest.raises(KafkaException) as refused:
         create_topic(cluster, "too-many", 1, 4)
     assert refused.value.args[0].code() == ErrorCode.invalid_replication_factor
@@ -131,6 +141,36 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_producers_carry_on(cluster
     assert [error for error, _ in delivered] == [None] * 10
     # The new leader appends in order (from 0: the old leader's records were not replicated).
     assert [offset for _, offset in delivered[5:]] == list(range(5))
+    with WireClient(cluster.brokers[after.leader_id].bootstrap_servers) as client:
+        for current, expected in [
+            (after.leader_epoch, ErrorCode.none),
+            (before.leader_epoch, ErrorCode.fenced_leader_epoch),
+            (after.leader_epoch + 1, ErrorCode.unknown_leader_epoch),
+        ]:
+            answer = client.request(
+                23,
+                4,
+                replica_id=-1,
+                topics=[
+                    {
+                        "topic": "payments",
+                        "partitions": [
+                            {"partition": 0, "current_leader_epoch": current, "leader_epoch": current}
+                        ],
+                    }
+                ],
+            )
+            assert answer.topics[0].partitions[0].error_code == expected
+    consumer = Consumer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "readers", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition("payments", 0, 0)])
+    read: list[bytes] = []
+    wait_until(
+        lambda: read.extend(m.value() for m in consumer.consume(5, 0.5) if not m.error()) or len(read) >= 5
+    )
+    consumer.close()
+    assert read == [b"after-%d" % index for index in range(5)]
 
 
 def test_the_controller_fails_over_and_a_shrunk_isr_refuses_acks_all(cluster: Cluster) -> None:
