@@ -113,8 +113,10 @@ def test_only_the_leader_takes_produce_and_fetch(shared_cluster: Cluster) -> Non
         assert (broker_id, fetch_error(address, "single", 0)) == (broker_id, expected)
 
 
-def test_a_killed_leader_is_replaced_from_the_isr_and_producers_carry_on(cluster: Cluster) -> None:
-    create_topic(cluster, "payments", 1, 3)
+def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_lost(
+    cluster: Cluster,
+) -> None:
+    create_topic(cluster, "payments", 1, 3, **{"min.insync.replicas": "2"})
     before = cluster.wait_for_leader("payments")
     producer = Producer(
         {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "message.timeout.ms": 30000}
@@ -139,8 +141,8 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_producers_carry_on(cluster
         producer.produce("payments", value=b"after-%d" % index, on_delivery=sent)
     assert producer.flush(30) == 0
     assert [error for error, _ in delivered] == [None] * 10
-    # The new leader appends in order (from 0: the old leader's records were not replicated).
-    assert [offset for _, offset in delivered[5:]] == list(range(5))
+    # The new leader had every acknowledged record (acks=all waits for the whole ISR).
+    assert [offset for _, offset in delivered] == list(range(10))
     with WireClient(cluster.brokers[after.leader_id].bootstrap_servers) as client:
         for current, expected in [
             (after.leader_epoch, ErrorCode.none),
@@ -167,10 +169,10 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_producers_carry_on(cluster
     consumer.assign([TopicPartition("payments", 0, 0)])
     read: list[bytes] = []
     wait_until(
-        lambda: read.extend(m.value() for m in consumer.consume(5, 0.5) if not m.error()) or len(read) >= 5
+        lambda: read.extend(m.value() for m in consumer.consume(10, 0.5) if not m.error()) or len(read) >= 10
     )
     consumer.close()
-    assert read == [b"after-%d" % index for index in range(5)]
+    assert read == [b"before-%d" % index for index in range(5)] + [b"after-%d" % index for index in range(5)]
 
 
 def test_the_controller_fails_over_and_a_shrunk_isr_refuses_acks_all(cluster: Cluster) -> None:

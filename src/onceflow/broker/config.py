@@ -42,6 +42,7 @@ DEFAULTS: dict[str, str] = {
     "zookeeper.session.timeout.ms": "18000",
     "default.replication.factor": "1",
     "unclean.leader.election.enable": "false",
+    "replica.lag.time.max.ms": "30000",
 }
 _BOOLEANS = {"true": True, "false": False}
 

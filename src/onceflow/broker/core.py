@@ -24,6 +24,7 @@ from onceflow.broker.config import BrokerConfig
 from onceflow.broker.markers import BrokerTransactionPartitions
 from onceflow.broker.metrics import Metrics, PrometheusMetrics
 from onceflow.broker.producer_ids import ProducerIdAllocator
+from onceflow.broker.replication import LeaderState, ReplicaFetcher
 from onceflow.cluster.view import ClusterView
 from onceflow.coordinator.group import (
     CONSUMER_OFFSETS_CONFIG,
@@ -129,6 +130,12 @@ class Broker:
         # Cleaning reads and writes whole segments: one thread of its own, as Kafka's cleaner.
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-cleaner")
         self._tasks: list[asyncio.Task[None]] = []
+        # Cluster mode: the partitions this broker leads, the ones it follows (with the leader and
+        # epoch followed), the high watermarks it knows, and acks=all produces waiting on them.
+        self._leading: dict[tuple[str, int], LeaderState] = {}
+        self._fetchers: dict[tuple[str, int], tuple[tuple[int, int], asyncio.Task[None]]] = {}
+        self._high_watermarks: dict[tuple[str, int], int] = {}
+        self._replication_waiters: set[asyncio.Future[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------
     def start(self, host: str, port: int) -> None:
@@ -144,6 +151,8 @@ class Broker:
         ]
         if self.config.get_bool("log.cleaner.enable"):
             self._tasks.append(asyncio.create_task(self._log_cleaner(), name="log-cleaner"))
+        if self.cluster is not None:
+            self._tasks.append(asyncio.create_task(self._shrink_isrs(), name="isr-shrinker"))
         self._fire_group_timers()  # sessions of members replayed from the log
         for transactional_id in self.transactions.pending_completions():
             self.complete_transaction(transactional_id)  # prepared before a crash
@@ -157,6 +166,9 @@ class Broker:
         # Leave the cluster first, so that the others elect new leaders at once.
         if self.cluster is not None:
             await self.cluster.leave()
+            for _, fetcher in self._fetchers.values():
+                fetcher.cancel()
+            await asyncio.gather(*(fetcher for _, fetcher in self._fetchers.values()), return_exceptions=True)
         # A transaction stopped half-way stays Prepare* in its log and completes at the next start.
         if self._group_timer is not None:
             self._group_timer.cancel()
@@ -233,6 +245,134 @@ class Broker:
                 )
             except LogError:
                 log.exception("cannot open the local log of topic %r", topic)
+        self._take_roles(view)
+        self._wake_replication()
+
+    def _take_roles(self, view: ClusterView) -> None:
+        """Lead what the view says this broker leads; follow, while in its ISR, what it does not."""
+        leading: dict[tuple[str, int], LeaderState] = {}
+        following: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic, assignment in view.topics.items():
+            for partition, replicas in enumerate(assignment.replicas):
+                state = view.states.get((topic, partition))
+                if self.node_id not in replicas or state is None:
+                    continue
+                key = (topic, partition)
+                if state.leader == self.node_id:
+                    current = self._leading.get(key)
+                    if current is None or current.leader_epoch != state.leader_epoch:
+                        current = LeaderState(state.leader_epoch, now_ms())
+                    leading[key] = current
+                elif state.leader in view.brokers and self.node_id in state.isr:
+                    following[key] = (state.leader, state.leader_epoch)
+        self._leading = leading
+        for key, (followed, fetcher) in list(self._fetchers.items()):
+            if following.get(key) != followed:
+                fetcher.cancel()
+                del self._fetchers[key]
+        for key, followed in following.items():
+            partition_log = self.logs.get(*key)
+            if key in self._fetchers or partition_log is None:
+                continue
+            leader = view.brokers[followed[0]]
+            replica_fetcher = ReplicaFetcher(
+                self.node_id,
+                *key,
+                partition_log,
+                (leader.host, leader.port),
+                followed[1],
+                self._high_watermarks.get(key, 0),
+                self._follower_appended,
+            )
+            task = asyncio.create_task(replica_fetcher.run(), name=f"fetch-{key}")
+            self._fetchers[key] = (followed, task)
+
+    def _follower_appended(self, topic: str, partition: int, partition_log: PartitionLog, hw: int) -> None:
+        self._high_watermarks[topic, partition] = hw
+        self.appended([partition_log])
+
+    def follower_fetched(self, topic: str, partition: int, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetched at `fetch_offset`: that is its log end now."""
+        state = self._leading.get((topic, partition))
+        partition_log = self.logs.get(topic, partition)
+        if state is None or partition_log is None:
+            return
+        state.fetched(replica_id, fetch_offset, partition_log.log_end_offset, now_ms())
+        self._wake_replication()
+        self._wake_fetches()  # consumers waiting at the high watermark
+
+    def high_watermark(self, topic: str, partition: int, partition_log: PartitionLog) -> int:
+        """What consumers may read: the flushed offset alone; in a cluster, on the leader, also
+        no further than every ISR member's log end (never moving back)."""
+        if self.cluster is None:
+            return partition_log.flushed_offset
+        key = (topic, partition)
+        state = self._leading.get(key)
+        isr = self.cluster.view.isr(topic, partition)
+        known = min(self._high_watermarks.get(key, 0), partition_log.flushed_offset)
+        if state is None:
+            return partition_log.flushed_offset if not isr else known
+        ends = [state.log_end.get(replica) for replica in isr if replica != self.node_id]
+        if None in ends:
+            return known
+        hw = max(known, min([partition_log.flushed_offset, *(end for end in ends if end is not None)]))
+        self._high_watermarks[key] = hw
+        return hw
+
+    def leading(self) -> set[tuple[str, int]]:
+        """The partitions this broker leads (cluster mode)."""
+        return set(self._leading)
+
+    def leader_epoch(self, topic: str, partition: int) -> int | None:
+        """The epoch this broker leads the partition in, if it does."""
+        state = self._leading.get((topic, partition))
+        return None if state is None else state.leader_epoch
+
+    async def wait_replicated(
+        self, targets: list[tuple[str, int, PartitionLog, int]], timeout_s: float
+    ) -> dict[tuple[str, int], bool]:
+        """For each (topic, partition, log, end): whether the high watermark reached `end` while
+        this broker still led the partition, within the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            done = {
+                (topic, partition): self.high_watermark(topic, partition, partition_log) >= end
+                for topic, partition, partition_log, end in targets
+            }
+            lost = any((topic, partition) not in self._leading for topic, partition, _, _ in targets)
+            remaining = deadline - time.monotonic()
+            if all(done.values()) or lost or remaining <= 0:
+                return {key: reached and key in self._leading for key, reached in done.items()}
+            waiter = asyncio.get_running_loop().create_future()
+            self._replication_waiters.add(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                self._replication_waiters.discard(waiter)
+
+    def _wake_replication(self) -> None:
+        for waiter in self._replication_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._replication_waiters.clear()
+
+    async def _shrink_isrs(self) -> None:
+        """As Kafka's leaders: drop followers that have not caught up for replica.lag.time.max.ms
+        from the ISR (a compare-and-set on the state znode, keeping the leader epoch)."""
+        assert self.cluster is not None
+        lag_ms = self.config.get_int("replica.lag.time.max.ms")
+        while True:
+            await asyncio.sleep(lag_ms / 2000)
+            view = self.cluster.view
+            for (topic, partition), state in list(self._leading.items()):
+                isr = view.isr(topic, partition)
+                lagging = state.lagging(isr, self.node_id, lag_ms, now_ms())
+                if lagging:
+                    in_sync = tuple(replica for replica in isr if replica not in lagging)
+                    log.warning("%s-%d: %s lag, ISR now %s", topic, partition, lagging, in_sync)
+                    await self.cluster.change_isr(topic, partition, in_sync)
 
     def leader_elsewhere(self, topic: str, partition: int) -> bool:
         """In a cluster: the partition exists and another broker leads it, or none does."""
@@ -340,6 +480,8 @@ class Broker:
         self.metrics.flushed(time.perf_counter() - started)
 
     def _wake_fetches(self) -> None:
+        if self._replication_waiters:
+            self._wake_replication()  # a flush moves the high watermark too
         for waiter in self._fetch_waiters:
             if not waiter.done():
                 waiter.set_result(None)

@@ -87,6 +87,7 @@ BROKER_KEY_TYPES: dict[str, ConfigType] = {
     "zookeeper.session.timeout.ms": _INT,
     "default.replication.factor": _INT,
     "unclean.leader.election.enable": _BOOLEAN,
+    "replica.lag.time.max.ms": _LONG,
 }
 
 

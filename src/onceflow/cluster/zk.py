@@ -332,6 +332,24 @@ class ZooKeeperCluster:
         log.info("%s-%d: %s", write.topic, write.partition, write.state)
         return True
 
+    # -- a leader's ISR changes --------------------------------------------------------------
+    async def change_isr(self, topic: str, partition: int, isr: tuple[int, ...]) -> bool:
+        """The leader's ISR change: a compare-and-set on the state znode this broker last read,
+        keeping the leader and its epoch (as Kafka's leaders in ZooKeeper mode). False when
+        someone wrote first; the next view shows what they wrote."""
+        key = (topic, partition)
+        state, version = self.view.states.get(key), self.view.state_versions.get(key)
+        if state is None or version is None or state.leader != self.broker_id:
+            return False
+        new_state = PartitionState(state.leader, state.leader_epoch, isr, state.controller_epoch)
+        path = partition_state_path(topic, partition)
+        try:
+            await asyncio.to_thread(self._client.set, path, new_state.encode(), version)
+        except (KazooException, KazooTimeoutError) as error:
+            log.warning("changing the ISR of %s-%d failed (%s)", topic, partition, error)
+            return False
+        return True
+
     # -- producer ids ------------------------------------------------------------------------
     def reserve_producer_ids(self, size: int) -> int:
         """The first of `size` producer ids no other broker gets: a compare-and-set on
