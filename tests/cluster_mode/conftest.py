@@ -68,11 +68,13 @@ class Cluster:
         return self.partition(next(iter(live)), topic, partition)
 
 
-def start_cluster(directory: Path) -> Iterator[Cluster]:
+def start_cluster(directory: Path, settings: dict[str, str] | None = None) -> Iterator[Cluster]:
     with ZooKeeperServer() as zookeeper:
         brokers = {}
         for broker_id in BROKER_IDS:
-            broker = BrokerProcess(directory / f"broker-{broker_id}", settings=SETTINGS)
+            broker = BrokerProcess(
+                directory / f"broker-{broker_id}", settings={**SETTINGS, **(settings or {})}
+            )
             broker.extra_args = ["--zookeeper", zookeeper.connect_string, "--broker-id", str(broker_id)]
             brokers[broker_id] = broker
         try:
@@ -91,6 +93,15 @@ def start_cluster(directory: Path) -> Iterator[Cluster]:
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """A cluster of its own, for a test that kills brokers."""
     yield from start_cluster(tmp_path)
+
+
+@pytest.fixture
+def quick_lag_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Leaders drop a silent follower from the ISR after 1 s, well before its session (4 s, the
+    longest the test ZooKeeper allows) ends."""
+    yield from start_cluster(
+        tmp_path, {"replica.lag.time.max.ms": "1000", "zookeeper.session.timeout.ms": "4000"}
+    )
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -207,3 +209,26 @@ def test_no_two_brokers_hand_out_the_same_producer_id(shared_cluster: Cluster) -
         with WireClient(broker.bootstrap_servers) as client:
             ids += [client.init_producer_id().producer_id for _ in range(2)]
     assert len(set(ids)) == len(ids) == 2 * len(BROKER_IDS)
+
+
+def test_a_leader_drops_a_silent_follower_from_the_isr_and_acks_all_goes_on(
+    quick_lag_cluster: Cluster,
+) -> None:
+    cluster = quick_lag_cluster
+    create_topic(cluster, "audit", 1, 3)
+    leader = cluster.wait_for_leader("audit").leader_id
+    follower = next(broker_id for broker_id in BROKER_IDS if broker_id != leader)
+    process = cluster.brokers[follower].process
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)  # no fetches, but its ZooKeeper session lives on a while
+    try:
+        with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
+            answer = produce(client, "audit", 0, make_batch([b"while-stopped"]))
+            # Answered once the leader dropped the follower: before its session ended.
+            isr = cluster.partition(leader, "audit").isr_nodes
+            registered = [broker.node_id for broker in cluster.metadata(leader).brokers]
+        assert answer.error_code == ErrorCode.none
+        assert follower not in isr and len(isr) == 2
+        assert follower in registered
+    finally:
+        process.send_signal(signal.SIGCONT)
