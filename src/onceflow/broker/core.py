@@ -7,6 +7,7 @@ and fetch wake-ups live here, on the event loop that the server runs.
 With one replica, "replicated" means "fsynced": the high watermark of a
 partition is its flushed offset, so a consumer never reads a record that a
 crash could take back (as Kafka's consumers never read past the ISR's copy).
+In cluster mode it is also no further than any ISR member's copy (`broker.replication`).
 """
 
 from __future__ import annotations

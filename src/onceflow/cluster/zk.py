@@ -8,7 +8,9 @@ Brokers learn their roles by watching the state znodes, where Kafka's controller
 LeaderAndIsr requests.
 
 Controller writes go in a ZooKeeper transaction with a check of /controller_epoch's version, so
-a controller that was replaced cannot write any more (Kafka's `checkControllerEpoch`).
+a controller that was replaced cannot write any more (Kafka's `checkControllerEpoch`). A
+partition's leader writes its state too, when it drops lagging followers from the ISR, with a
+compare-and-set on the version it last read.
 """
 
 from __future__ import annotations
