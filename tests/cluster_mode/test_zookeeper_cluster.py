@@ -232,3 +232,36 @@ def test_a_leader_drops_a_silent_follower_from_the_isr_and_acks_all_goes_on(
         assert follower in registered
     finally:
         process.send_signal(signal.SIGCONT)
+
+
+def test_a_replica_that_comes_back_copies_its_leaders_log_and_rejoins_the_isr(cluster: Cluster) -> None:
+    create_topic(cluster, "ledger", 1, 3, **{"min.insync.replicas": "2"})
+    leader = cluster.wait_for_leader("ledger").leader_id
+    returning = next(broker_id for broker_id in BROKER_IDS if broker_id != leader)
+    other = next(broker_id for broker_id in BROKER_IDS if broker_id not in (leader, returning))
+
+    def write(*values: bytes) -> None:
+        with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
+            assert produce(client, "ledger", 0, make_batch(list(values))).error_code == ErrorCode.none
+
+    write(b"a", b"b")
+    cluster.brokers[returning].kill()
+    wait_until(lambda: returning not in cluster.partition(leader, "ledger").isr_nodes, timeout_s=20)
+    write(b"c")  # while it is away
+    wait_until(lambda: returning not in [broker.node_id for broker in cluster.metadata(leader).brokers])
+    cluster.brokers[returning].start()
+    wait_until(lambda: returning in cluster.partition(leader, "ledger").isr_nodes, timeout_s=20)
+    write(b"d")  # acks=all: the returned replica has it too
+
+    # With the other two gone, the returned replica leads, with every acknowledged record.
+    cluster.brokers[leader].kill()
+    cluster.brokers[other].kill()
+    wait_until(lambda: cluster.partition(returning, "ledger").leader_id == returning, timeout_s=20)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "audit"})
+    consumer.assign([TopicPartition("ledger", 0, 0)])
+    read: list[bytes] = []
+    wait_until(
+        lambda: read.extend(m.value() for m in consumer.consume(4, 0.5) if not m.error()) or len(read) >= 4
+    )
+    consumer.close()
+    assert read == [b"a", b"b", b"c", b"d"]

@@ -134,7 +134,8 @@ class Broker:
         # Cluster mode: the partitions this broker leads, the ones it follows (with the leader and
         # epoch followed), the high watermarks it knows, and acks=all produces waiting on them.
         self._leading: dict[tuple[str, int], LeaderState] = {}
-        self._fetchers: dict[tuple[str, int], tuple[tuple[int, int], asyncio.Task[None]]] = {}
+        self._fetchers: dict[tuple[str, int], tuple[tuple[int, int, bool], asyncio.Task[None]]] = {}
+        self._isr_expansions: dict[tuple[str, int], asyncio.Task[bool]] = {}  # under way
         self._high_watermarks: dict[tuple[str, int], int] = {}
         self._replication_waiters: set[asyncio.Future[None]] = set()
 
@@ -250,9 +251,11 @@ class Broker:
         self._wake_replication()
 
     def _take_roles(self, view: ClusterView) -> None:
-        """Lead what the view says this broker leads; follow, while in its ISR, what it does not."""
+        """Lead what the view says this broker leads, and follow the rest. A replica outside
+        the ISR may hold records its leader does not (logs are never truncated), so it empties
+        its log and copies the leader's anew; the leader lets it back in once it caught up."""
         leading: dict[tuple[str, int], LeaderState] = {}
-        following: dict[tuple[str, int], tuple[int, int]] = {}
+        following: dict[tuple[str, int], tuple[int, int, bool]] = {}
         for topic, assignment in view.topics.items():
             for partition, replicas in enumerate(assignment.replicas):
                 state = view.states.get((topic, partition))
@@ -264,8 +267,8 @@ class Broker:
                     if current is None or current.leader_epoch != state.leader_epoch:
                         current = LeaderState(state.leader_epoch, now_ms())
                     leading[key] = current
-                elif state.leader in view.brokers and self.node_id in state.isr:
-                    following[key] = (state.leader, state.leader_epoch)
+                elif state.leader in view.brokers:
+                    following[key] = (state.leader, state.leader_epoch, self.node_id in state.isr)
         self._leading = leading
         for key, (followed, fetcher) in list(self._fetchers.items()):
             if following.get(key) != followed:
@@ -275,13 +278,17 @@ class Broker:
             partition_log = self.logs.get(*key)
             if key in self._fetchers or partition_log is None:
                 continue
-            leader = view.brokers[followed[0]]
+            leader_id, leader_epoch, in_sync = followed
+            if not in_sync and partition_log.log_end_offset > 0:
+                partition_log = self.logs.reset_partition(*key)
+                self._high_watermarks.pop(key, None)
+            leader = view.brokers[leader_id]
             replica_fetcher = ReplicaFetcher(
                 self.node_id,
                 *key,
                 partition_log,
                 (leader.host, leader.port),
-                followed[1],
+                leader_epoch,
                 self._high_watermarks.get(key, 0),
                 self._follower_appended,
             )
@@ -301,6 +308,18 @@ class Broker:
         state.fetched(replica_id, fetch_offset, partition_log.log_end_offset, now_ms())
         self._wake_replication()
         self._wake_fetches()  # consumers waiting at the high watermark
+        assert self.cluster is not None
+        isr = self.cluster.view.isr(topic, partition)
+        key = (topic, partition)
+        if (
+            replica_id not in isr
+            and key not in self._isr_expansions
+            and fetch_offset >= self.high_watermark(topic, partition, partition_log)
+        ):
+            state.caught_up_ms[replica_id] = now_ms()  # not lagging the moment it is back
+            task = asyncio.create_task(self.cluster.change_isr(topic, partition, (*isr, replica_id)))
+            self._isr_expansions[key] = task
+            task.add_done_callback(lambda _: self._isr_expansions.pop(key, None))
 
     def high_watermark(self, topic: str, partition: int, partition_log: PartitionLog) -> int:
         """What consumers may read: the flushed offset alone; in a cluster, on the leader, also
