@@ -9,7 +9,8 @@ Logs are never truncated here (Kafka truncates a follower to its leader's log). 
 that starts following a leader first checks, batch by batch, that its records past the high
 watermark it last learned are the leader's too; if one differs, or does not line up, it stops
 fetching that partition, and its leader drops it from the ISR once it has lagged for
-replica.lag.time.max.ms. Only replicas in the ISR fetch: one that left never comes back.
+replica.lag.time.max.ms. A replica outside the ISR starts from an empty log instead (the broker
+empties it), and its leader takes it back into the ISR once it fetches at the high watermark.
 """
 
 from __future__ import annotations
