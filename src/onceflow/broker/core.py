@@ -167,10 +167,12 @@ class Broker:
     async def stop(self) -> None:
         # Leave the cluster first, so that the others elect new leaders at once.
         if self.cluster is not None:
+            cluster_tasks: list[asyncio.Task[Any]] = [fetcher for _, fetcher in self._fetchers.values()]
+            cluster_tasks += self._isr_expansions.values()
+            for task in cluster_tasks:
+                task.cancel()
+            await asyncio.gather(*cluster_tasks, return_exceptions=True)
             await self.cluster.leave()
-            for _, fetcher in self._fetchers.values():
-                fetcher.cancel()
-            await asyncio.gather(*(fetcher for _, fetcher in self._fetchers.values()), return_exceptions=True)
         # A transaction stopped half-way stays Prepare* in its log and completes at the next start.
         if self._group_timer is not None:
             self._group_timer.cancel()
@@ -301,15 +303,16 @@ class Broker:
 
     def follower_fetched(self, topic: str, partition: int, replica_id: int, fetch_offset: int) -> None:
         """A follower fetched at `fetch_offset`: that is its log end now."""
+        assert self.cluster is not None
+        view = self.cluster.view
         state = self._leading.get((topic, partition))
         partition_log = self.logs.get(topic, partition)
-        if state is None or partition_log is None:
-            return
+        if state is None or partition_log is None or replica_id not in view.topics[topic].replicas[partition]:
+            return  # not the leader (any more), or not a replica of the partition
         state.fetched(replica_id, fetch_offset, partition_log.log_end_offset, now_ms())
         self._wake_replication()
         self._wake_fetches()  # consumers waiting at the high watermark
-        assert self.cluster is not None
-        isr = self.cluster.view.isr(topic, partition)
+        isr = view.isr(topic, partition)
         key = (topic, partition)
         if (
             replica_id not in isr
