@@ -231,8 +231,13 @@ class ZooKeeperCluster:
                 try:
                     data, stat = client.get(path, watch=watch)
                 except NoNodeError:
-                    client.exists(path, watch=watch)  # tells us when the controller creates it
-                    continue
+                    # Watch for the controller to create it; if it just did, read it after all.
+                    if client.exists(path, watch=watch) is None:
+                        continue
+                    try:
+                        data, stat = client.get(path, watch=watch)
+                    except NoNodeError:
+                        continue
                 try:
                     states[topic, partition] = PartitionState.decode(data)
                     versions[topic, partition] = stat.version
