@@ -26,8 +26,8 @@ lint: setup
 test: lint
 	$(PY) -m pytest -q -n 3
 
-# Under two minutes: everything but the Spark, cluster, Chromium, PostgreSQL, soak and wheel lanes.
-QUICK := not (spark or cluster or chromium or postgres or soak or wheel)
+# Under two minutes: everything but the Spark, cluster, Chromium, PostgreSQL, ZooKeeper, soak and wheel lanes.
+QUICK := not (spark or cluster or chromium or postgres or zookeeper or soak or wheel)
 
 test-quick: lint
 	$(PY) -m pytest -q -m "$(QUICK)"

@@ -10,6 +10,8 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if ! command -v initdb >/dev/null 2>&1 && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
     need_apt+=(postgresql)
 fi
+# The cluster tests start their own ZooKeeper from the Debian package's jars.
+[ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq

@@ -15,7 +15,7 @@ import pytest
 import onceflow
 
 ROOT = Path(__file__).parent.parent
-EXTRAS = ("pyspark", "pandas", "pyarrow", "psycopg")
+EXTRAS = ("pyspark", "pandas", "pyarrow", "psycopg", "kazoo")
 CORE_MODULES = [
     "onceflow.cli",
     "onceflow.embedded",
@@ -84,6 +84,12 @@ def test_the_cli_prints_a_missing_extra_as_one_line_and_exits_1(tmp_path: Path) 
     )
     demo = cli_without_extras("demo", "--short", "--report-dir", str(tmp_path / "report"))
     assert (demo.returncode, demo.stderr) == (1, "onceflow demo needs PySpark: pip install 'onceflow[lab]'\n")
+    data = str(tmp_path / "data")
+    broker = cli_without_extras("broker", "--data-dir", data, "--zookeeper", "127.0.0.1:1")
+    assert (broker.returncode, broker.stderr) == (
+        1,
+        "onceflow broker --zookeeper needs kazoo: pip install 'onceflow[cluster]'\n",
+    )
 
 
 def test_version() -> None:

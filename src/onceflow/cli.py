@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     broker.add_argument("--log-level", default="WARNING")
     broker.add_argument(
+        "--zookeeper", metavar="HOST:PORT", help="form a cluster through this ZooKeeper (zookeeper.connect)"
+    )
+    broker.add_argument(
+        "--broker-id", type=int, metavar="N", help="this broker's id in the cluster (node.id)"
+    )
+    broker.add_argument(
         "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics on /metrics (port 0: a free one)"
     )
 
@@ -90,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_broker(args: argparse.Namespace) -> int:
     from onceflow.broker.core import Broker
+    from onceflow.cluster.errors import ClusterError
     from onceflow.log.errors import LogError
     from onceflow.server import BrokerServer
 
@@ -98,7 +105,12 @@ def _run_broker(args: argparse.Namespace) -> int:
     )
     host, port = _address("--listen", args.listen)
     metrics_address = _address("--metrics", args.metrics) if args.metrics is not None else None
-    config = BrokerConfig.load(args.config, parse_assignments(args.set))
+    overrides = parse_assignments(args.set)
+    if args.zookeeper is not None:
+        overrides["zookeeper.connect"] = args.zookeeper
+    if args.broker_id is not None:
+        overrides["node.id"] = str(args.broker_id)
+    config = BrokerConfig.load(args.config, overrides)
     _raise_open_file_limit()
 
     async def serve() -> None:
@@ -111,7 +123,7 @@ def _run_broker(args: argparse.Namespace) -> int:
             broker = Broker(args.data_dir, config, metrics=metrics_address is not None)
             server = BrokerServer(broker, host, port, metrics_address)
             await server.start()
-        except (LogError, OSError) as error:
+        except (LogError, OSError, ClusterError) as error:
             raise ConfigError(f"cannot start the broker: {error}") from error
         bound_host, bound_port = server.address
         print(f"onceflow broker listening on {bound_host}:{bound_port}", flush=True)

@@ -85,6 +85,7 @@ class BrokerServer:
             raise
         host, port = self.address
         self.broker.start(host, port)
+        await self.broker.join_cluster()
 
     async def stop(self) -> None:
         if self._metrics_server is not None:

@@ -38,22 +38,24 @@ def handle(request: Request) -> Any:
             brokers=[],
         )
     endpoint = broker.endpoint
+    # Kafka names a live broker as controller, since clients cannot reach KRaft controllers: this
+    # one, or in a cluster the one holding /controller.
+    controller_id = endpoint.node_id
+    nodes = [(endpoint.node_id, endpoint.host, endpoint.port)]
+    if broker.cluster is not None:
+        view = broker.cluster.view
+        controller_id = view.controller_id
+        nodes = [(node.broker_id, node.host, node.port) for node in view.brokers.values()]
     return request.respond(
         throttle_time=0,
         error_code=ErrorCode.none,
         error_message=None,
         endpoint_type=BROKERS,
         cluster_id=broker.cluster_id,
-        # Kafka names a live broker here, since clients cannot reach KRaft controllers: this one.
-        controller_id=endpoint.node_id,
+        controller_id=controller_id,
         brokers=[
-            {
-                "broker_id": endpoint.node_id,
-                "host": endpoint.host,
-                "port": endpoint.port,
-                "rack": None,
-                "is_fenced": False,
-            }
+            {"broker_id": node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+            for node_id, host, port in sorted(nodes)
         ],
         cluster_authorized_operations=(
             CLUSTER_OPERATIONS if body.include_cluster_authorized_operations else OPERATIONS_NOT_REQUESTED

@@ -8,6 +8,9 @@ between topics, to the next topic's partition 0. An empty topic list means every
 unknown topics are then not reported); a requested topic that does not exist is
 UNKNOWN_TOPIC_OR_PARTITION. A cursor outside the requested topics, or with a negative
 partition, is INVALID_REQUEST for each requested topic (Kafka's error response).
+
+In a cluster, topics and partitions are ZooKeeper's (the coordinators' internal topics are on
+the coordinator broker alone, as in Metadata).
 """
 
 from __future__ import annotations
@@ -30,12 +33,11 @@ MAX_PARTITIONS_PER_PAGE = 2000
 
 def handle(request: Request) -> Any:
     body = request.body
-    logs = request.broker.logs
-    node_id = request.broker.node_id
+    known = _known_topics(request)
     cursor = body.cursor
     after = cursor.topic_name if cursor is not None else ""
     fetch_all = not body.topics
-    requested = logs.topics.keys() if fetch_all else {topic.name for topic in body.topics}
+    requested = known.keys() if fetch_all else {topic.name for topic in body.topics}
     names = sorted(name for name in requested if name >= after)
     if cursor is not None and (
         (not fetch_all and cursor.topic_name not in names) or cursor.partition_index < 0
@@ -51,41 +53,69 @@ def handle(request: Request) -> Any:
         if remaining == 0:
             next_cursor = {"topic_name": name, "partition_index": 0}
             break
-        info = logs.topics.get(name)
+        info = known.get(name)
         if info is None:
             if not fetch_all:
                 topics.append(_unknown(name, _name_error(name)))
             continue
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
-        end = min(info.partitions, first + remaining)
+        topic_id, partition_count = info
+        end = min(partition_count, first + remaining)
         topics.append(
             {
                 "error_code": ErrorCode.none,
                 "name": name,
-                "topic_id": info.topic_id,
+                "topic_id": topic_id,
                 "is_internal": is_internal(name),
-                "partitions": [
-                    {
-                        "error_code": ErrorCode.none,
-                        "partition_index": partition,
-                        "leader_id": node_id,
-                        "leader_epoch": 0,
-                        "replica_nodes": [node_id],
-                        "isr_nodes": [node_id],
-                        "eligible_leader_replicas": [],
-                        "last_known_elr": [],
-                        "offline_replicas": [],
-                    }
-                    for partition in range(first, end)
-                ],
+                "partitions": [_partition(request, name, partition) for partition in range(first, end)],
                 "topic_authorized_operations": TOPIC_OPERATIONS,
             }
         )
-        if end < info.partitions:
+        if end < partition_count:
             next_cursor = {"topic_name": name, "partition_index": end}
             break
         remaining -= end - first
     return request.respond(throttle_time=0, topics=topics, next_cursor=next_cursor)
+
+
+def _known_topics(request: Request) -> dict[str, tuple[uuid.UUID, int]]:
+    """Every topic's id and partition count."""
+    broker = request.broker
+    local = {name: (info.topic_id, info.partitions) for name, info in broker.logs.topics.items()}
+    if broker.cluster is None:
+        return local
+    in_cluster = {
+        name: (assignment.topic_id, len(assignment.replicas))
+        for name, assignment in broker.cluster.view.topics.items()
+    }
+    return {**in_cluster, **{name: known for name, known in local.items() if is_internal(name)}}
+
+
+def _partition(request: Request, topic: str, partition: int) -> dict[str, Any]:
+    broker = request.broker
+    leader, epoch, replicas, isr, offline = broker.node_id, 0, [broker.node_id], [broker.node_id], []
+    if broker.cluster is not None:
+        view = broker.cluster.view
+        if is_internal(topic):
+            leader = view.coordinator_id
+            replicas = isr = [leader]
+        else:
+            replicas = list(view.topics[topic].replicas[partition])
+            state = view.states.get((topic, partition))
+            leader, epoch = (state.leader, state.leader_epoch) if state is not None else (-1, 0)
+            isr = list(state.isr) if state is not None else []
+            offline = [replica for replica in replicas if replica not in view.brokers]
+    return {
+        "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+        "partition_index": partition,
+        "leader_id": leader,
+        "leader_epoch": epoch,
+        "replica_nodes": replicas,
+        "isr_nodes": isr,
+        "eligible_leader_replicas": [],
+        "last_known_elr": [],
+        "offline_replicas": offline,
+    }
 
 
 def _name_error(name: str) -> ErrorCode:

@@ -15,7 +15,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
-from onceflow.broker.core import high_watermark
 from onceflow.log.batch import next_offset_after
 from onceflow.log.errors import LogError
 
@@ -63,24 +62,34 @@ def _respond(request: Request, responses: list[dict[str, Any]]) -> Any:
 
 def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
     body = request.body
-    logs = request.broker.logs
-    read_committed = body.isolation_level == READ_COMMITTED
+    broker = request.broker
+    logs = broker.logs
+    # A follower (cluster mode) reads what its leader has flushed, past the high watermark.
+    follower = getattr(body, "replica_id", -1) >= 0 and broker.cluster is not None
+    read_committed = body.isolation_level == READ_COMMITTED and not follower
     # The broker's own cap bounds the memory one response takes, whatever the client asks for.
-    budget = min(body.max_bytes, request.broker.config.get_int("fetch.max.bytes"))
+    budget = min(body.max_bytes, broker.config.get_int("fetch.max.bytes"))
     total = 0
     responses = []
     for topic in body.topics:
         partitions = []
         for wanted in topic.partitions:
+            # In a cluster only the partition's leader answers fetches.
+            if broker.leader_elsewhere(topic.topic, wanted.partition):
+                partitions.append(_partition_error(wanted.partition, ErrorCode.not_leader_or_follower))
+                continue
             log = logs.get(topic.topic, wanted.partition)
             if log is None:
                 partitions.append(_partition_error(wanted.partition, ErrorCode.unknown_topic_or_partition))
                 continue
-            hw = high_watermark(log)
+            if follower:
+                broker.follower_fetched(topic.topic, wanted.partition, body.replica_id, wanted.fetch_offset)
+            hw = broker.high_watermark(topic.topic, wanted.partition, log)
             lso = log.last_stable_offset(hw)
             limit = min(wanted.partition_max_bytes, budget)
+            upto = log.flushed_offset if follower else lso if read_committed else hw
             try:
-                records = log.read(wanted.fetch_offset, limit, lso if read_committed else hw)
+                records = log.read(wanted.fetch_offset, limit, upto)
             except LogError as error:
                 partitions.append(
                     _partition_error(wanted.partition, error.error_code, hw, log.log_start_offset)

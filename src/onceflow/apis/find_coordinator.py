@@ -1,4 +1,7 @@
-"""FindCoordinator (10): this single broker coordinates every group and transactional id."""
+"""FindCoordinator (10): this single broker coordinates every group and transactional id.
+
+In a cluster, the coordinators' internal topics live on one broker, the live one with the
+lowest id (`ClusterView.coordinator_id`), so every key is answered with that broker."""
 
 from __future__ import annotations
 
@@ -17,26 +20,38 @@ KEY_TYPES = (0, 1)  # group, transaction
 
 def handle(request: Request) -> Any:
     body = request.body
-    endpoint = request.broker.endpoint
     key_type = getattr(body, "key_type", 0)
-    if key_type in KEY_TYPES:
-        found: dict[str, Any] = {
+    coordinator = _coordinator(request)
+    if key_type not in KEY_TYPES:
+        found = _not_found(ErrorCode.invalid_request, f"unknown key type {key_type}")
+    elif coordinator is None:
+        found = _not_found(ErrorCode.coordinator_not_available, "no broker is live in the cluster")
+    else:
+        node_id, host, port = coordinator
+        found = {
             "error_code": ErrorCode.none,
             "error_message": None,
-            "node_id": endpoint.node_id,
-            "host": endpoint.host,
-            "port": endpoint.port,
-        }
-    else:
-        found = {
-            "error_code": ErrorCode.invalid_request,
-            "error_message": f"unknown key type {key_type}",
-            "node_id": -1,
-            "host": "",
-            "port": -1,
+            "node_id": node_id,
+            "host": host,
+            "port": port,
         }
     if request.api_version >= 4:
         return request.respond(
             throttle_time=0, coordinators=[{"key": key, **found} for key in body.coordinator_keys]
         )
     return request.respond(throttle_time=0, **found)
+
+
+def _coordinator(request: Request) -> tuple[int, str, int] | None:
+    broker = request.broker
+    if broker.cluster is None:
+        return broker.endpoint.node_id, broker.endpoint.host, broker.endpoint.port
+    view = broker.cluster.view
+    registration = view.brokers.get(view.coordinator_id)
+    if registration is None:
+        return None
+    return registration.broker_id, registration.host, registration.port
+
+
+def _not_found(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "node_id": -1, "host": "", "port": -1}

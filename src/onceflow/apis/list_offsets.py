@@ -7,7 +7,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
-from onceflow.broker.core import high_watermark
 from onceflow.log.log import PartitionLog
 
 API_KEY = 2
@@ -27,6 +26,14 @@ def handle(request: Request) -> Any:
         partitions = []
         for wanted in topic.partitions:
             log = logs.get(topic.name, wanted.partition_index)
+            if request.broker.leader_elsewhere(topic.name, wanted.partition_index):
+                partitions.append(
+                    {
+                        "partition_index": wanted.partition_index,
+                        "error_code": ErrorCode.not_leader_or_follower,
+                    }
+                )
+                continue
             if log is None:
                 partitions.append(
                     {
@@ -35,7 +42,9 @@ def handle(request: Request) -> Any:
                     }
                 )
                 continue
-            timestamp, offset = _lookup(log, wanted.timestamp, request.body.isolation_level == READ_COMMITTED)
+            hw = request.broker.high_watermark(topic.name, wanted.partition_index, log)
+            read_committed = request.body.isolation_level == READ_COMMITTED
+            timestamp, offset = _lookup(log, hw, wanted.timestamp, read_committed)
             partitions.append(
                 {
                     "partition_index": wanted.partition_index,
@@ -49,9 +58,8 @@ def handle(request: Request) -> Any:
     return request.respond(throttle_time=0, topics=topics)
 
 
-def _lookup(log: PartitionLog, timestamp: int, read_committed: bool) -> tuple[int, int]:
+def _lookup(log: PartitionLog, hw: int, timestamp: int, read_committed: bool) -> tuple[int, int]:
     if timestamp == LATEST:
-        hw = high_watermark(log)
         return -1, log.last_stable_offset(hw) if read_committed else hw
     if timestamp == EARLIEST:
         return -1, log.log_start_offset

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request, is_internal, once_durable
 from onceflow.broker.core import now_ms
-from onceflow.log.batch import CorruptRecordError, validate_batches
+from onceflow.log.batch import CorruptRecordError, patch_partition_leader_epoch, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
 
@@ -39,10 +39,43 @@ def handle(request: Request) -> Any:
         request.broker.appended(appended)
     if acks == 0:
         return None
+    if acks == -1 and appended and request.broker.cluster is not None:
+        return _once_replicated(request, appended, responses)
     response = request.respond(responses=responses, throttle_time=0)
     if acks == -1 and appended:
         return once_durable(request, appended, response)
     return response
+
+
+async def _once_replicated(
+    request: Request, appended: list[PartitionLog], responses: list[dict[str, Any]]
+) -> Any:
+    """Cluster mode, acks=all: the answer once the high watermark (every ISR member) passed the
+    appended batches; REQUEST_TIMED_OUT past the request's timeout, NOT_LEADER_OR_FOLLOWER if
+    leadership moved meanwhile (the client retries either)."""
+    broker = request.broker
+    await broker.wait_durable(appended)
+    ends = {id(log): log.log_end_offset for log in appended}
+    targets = [
+        (topic["name"], partition["index"], log, ends[id(log)])
+        for topic in responses
+        for partition in topic["partition_responses"]
+        if partition["error_code"] == ErrorCode.none
+        and (log := broker.logs.get(topic["name"], partition["index"])) is not None
+    ]
+    replicated = await broker.wait_replicated(targets, request.body.timeout.total_seconds())
+    for topic in responses:
+        for partition in topic["partition_responses"]:
+            reached = replicated.get((topic["name"], partition["index"]))
+            if reached is False:
+                key = (topic["name"], partition["index"])
+                code = (
+                    ErrorCode.request_timed_out
+                    if key in broker.leading()
+                    else ErrorCode.not_leader_or_follower
+                )
+                partition.update(_error(code, "the in-sync replicas did not all copy the batch in time"))
+    return request.respond(responses=responses, throttle_time=0)
 
 
 def _produce_partition(
@@ -58,14 +91,17 @@ def _produce_partition(
         return _error(ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
     if is_internal(topic):
         return _error(ErrorCode.invalid_topic_exception, f"{topic} is written by its coordinator only")
+    if broker.leader_elsewhere(topic, partition):
+        return _error(ErrorCode.not_leader_or_follower, f"this broker does not lead {topic}-{partition}")
     log = broker.logs.get(topic, partition)
     if log is None:
         return _error(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
-    if acks == -1 and _min_insync_replicas(request, topic) > 1:
-        return _error(
-            ErrorCode.not_enough_replicas,
-            "this broker is the only replica, so min.insync.replicas > 1 cannot be met",
-        )
+    if acks == -1 and _min_insync_replicas(request, topic) > broker.in_sync_replicas(topic, partition):
+        if broker.cluster is None:
+            message = "this broker is the only replica, so min.insync.replicas > 1 cannot be met"
+        else:
+            message = f"the ISR of {topic}-{partition} is smaller than min.insync.replicas"
+        return _error(ErrorCode.not_enough_replicas, message)
     if not records:
         return _error(ErrorCode.corrupt_message, "the partition data holds no record batch")
     try:
@@ -90,8 +126,12 @@ def _produce_partition(
             return _error(
                 code, f"producer {batch.producer_id} has no open transaction on {topic}-{partition}"
             )
+    data = bytearray(records)
+    leader_epoch = broker.leader_epoch(topic, partition)
+    if leader_epoch is not None:
+        patch_partition_leader_epoch(data, 0, leader_epoch)
     try:
-        result = log.append(bytearray(records), headers, now_ms())
+        result = log.append(data, headers, now_ms())
     except LogError as error:
         return _error(error.error_code, str(error))
     # A duplicate is answered only once its original is durable, too.

@@ -37,6 +37,12 @@ DEFAULTS: dict[str, str] = {
     "cluster.id": "onceflow-cluster",
     "node.id": "0",
     "advertised.listeners": "",
+    # Cluster mode (onceflow.cluster): empty means a single broker on its own.
+    "zookeeper.connect": "",
+    "zookeeper.session.timeout.ms": "18000",
+    "default.replication.factor": "1",
+    "unclean.leader.election.enable": "false",
+    "replica.lag.time.max.ms": "30000",
 }
 _BOOLEANS = {"true": True, "false": False}
 
@@ -78,7 +84,7 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         # Fail at start-up, not on first use.
         for key in DEFAULTS:
-            if key not in ("cluster.id", "advertised.listeners"):
+            if key not in ("cluster.id", "advertised.listeners", "zookeeper.connect"):
                 value = self.get(key)
                 if value not in _BOOLEANS and not value.lstrip("-").isdigit():
                     raise ConfigError(f"{key}: {value!r} is not a number or boolean")

@@ -7,6 +7,7 @@ and fetch wake-ups live here, on the event loop that the server runs.
 With one replica, "replicated" means "fsynced": the high watermark of a
 partition is its flushed offset, so a consumer never reads a record that a
 crash could take back (as Kafka's consumers never read past the ISR's copy).
+In cluster mode it is also no further than any ISR member's copy (`broker.replication`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.markers import BrokerTransactionPartitions
 from onceflow.broker.metrics import Metrics, PrometheusMetrics
 from onceflow.broker.producer_ids import ProducerIdAllocator
+from onceflow.broker.replication import LeaderState, ReplicaFetcher
+from onceflow.cluster.view import ClusterView
 from onceflow.coordinator.group import (
     CONSUMER_OFFSETS_CONFIG,
     CONSUMER_OFFSETS_TOPIC,
@@ -37,9 +40,14 @@ from onceflow.coordinator.transaction import (
     TransactionCoordinator,
     TxnReply,
 )
+from onceflow.extras import require
 from onceflow.log.cleaner import abandon, plan_cleaning, swap_in, write_cleaned_segments
+from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
 from onceflow.log.manager import LogManager
+
+if TYPE_CHECKING:
+    from onceflow.cluster.zk import ZooKeeperCluster
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +67,27 @@ class Endpoint:
 
 class Broker:
     def __init__(self, data_dir: Path, config: BrokerConfig, metrics: bool = False) -> None:
+        if config.get("zookeeper.connect"):
+            require("onceflow broker --zookeeper", "kazoo", "cluster", ("kazoo",))
         self.config = config
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(data_dir, config.log_config, now_ms())
-        self.producer_ids = ProducerIdAllocator(data_dir)
+        self.cluster: ZooKeeperCluster | None = None
+        if config.get("zookeeper.connect"):
+            from onceflow.cluster.zk import ZooKeeperCluster
+
+            self.cluster = ZooKeeperCluster(
+                config.get("zookeeper.connect"),
+                config.get_int("node.id"),
+                config.get_int("zookeeper.session.timeout.ms"),
+                config.get_bool("unclean.leader.election.enable"),
+                self._cluster_changed,
+            )
+        # A cluster's brokers take producer id blocks from ZooKeeper, so that no two hand out one id.
+        self.producer_ids = ProducerIdAllocator(
+            data_dir, self.cluster.reserve_producer_ids if self.cluster is not None else None
+        )
         # One timer at the groups' next deadline, so that sessions and rebalances time out on time.
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at_ms: int | None = None
@@ -107,6 +131,13 @@ class Broker:
         # Cleaning reads and writes whole segments: one thread of its own, as Kafka's cleaner.
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-cleaner")
         self._tasks: list[asyncio.Task[None]] = []
+        # Cluster mode: the partitions this broker leads, the ones it follows (with the leader and
+        # epoch followed), the high watermarks it knows, and acks=all produces waiting on them.
+        self._leading: dict[tuple[str, int], LeaderState] = {}
+        self._fetchers: dict[tuple[str, int], tuple[tuple[int, int, bool], asyncio.Task[None]]] = {}
+        self._isr_expansions: dict[tuple[str, int], asyncio.Task[bool]] = {}  # under way
+        self._high_watermarks: dict[tuple[str, int], int] = {}
+        self._replication_waiters: set[asyncio.Future[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------
     def start(self, host: str, port: int) -> None:
@@ -122,11 +153,26 @@ class Broker:
         ]
         if self.config.get_bool("log.cleaner.enable"):
             self._tasks.append(asyncio.create_task(self._log_cleaner(), name="log-cleaner"))
+        if self.cluster is not None:
+            self._tasks.append(asyncio.create_task(self._shrink_isrs(), name="isr-shrinker"))
         self._fire_group_timers()  # sessions of members replayed from the log
         for transactional_id in self.transactions.pending_completions():
             self.complete_transaction(transactional_id)  # prepared before a crash
 
+    async def join_cluster(self) -> None:
+        """In cluster mode, register with ZooKeeper (after `start`, which knows the endpoint)."""
+        if self.cluster is not None:
+            await self.cluster.join(self.endpoint.host, self.endpoint.port)
+
     async def stop(self) -> None:
+        # Leave the cluster first, so that the others elect new leaders at once.
+        if self.cluster is not None:
+            cluster_tasks: list[asyncio.Task[Any]] = [fetcher for _, fetcher in self._fetchers.values()]
+            cluster_tasks += self._isr_expansions.values()
+            for task in cluster_tasks:
+                task.cancel()
+            await asyncio.gather(*cluster_tasks, return_exceptions=True)
+            await self.cluster.leave()
         # A transaction stopped half-way stays Prepare* in its log and completes at the next start.
         if self._group_timer is not None:
             self._group_timer.cancel()
@@ -189,6 +235,185 @@ class Broker:
             for transactional_id in self.transactions.pending_completions():
                 self.complete_transaction(transactional_id)
             self.transactions.expire_idle_ids(now_ms())
+
+    # -- cluster mode ----------------------------------------------------------------
+    def _cluster_changed(self, view: ClusterView) -> None:
+        """Open the local logs of the topics this broker holds a replica of, with the topic id
+        and configs every broker shares."""
+        for topic, assignment in view.topics.items():
+            if topic in self.logs.topics or not any(self.node_id in nodes for nodes in assignment.replicas):
+                continue
+            try:
+                self.logs.create_topic(
+                    topic, len(assignment.replicas), view.topic_configs.get(topic, {}), assignment.topic_id
+                )
+            except LogError:
+                log.exception("cannot open the local log of topic %r", topic)
+        self._take_roles(view)
+        self._wake_replication()
+
+    def _take_roles(self, view: ClusterView) -> None:
+        """Lead what the view says this broker leads, and follow the rest. A replica outside
+        the ISR may hold records its leader does not (logs are never truncated), so it empties
+        its log and copies the leader's anew; the leader lets it back in once it caught up."""
+        leading: dict[tuple[str, int], LeaderState] = {}
+        following: dict[tuple[str, int], tuple[int, int, bool]] = {}
+        for topic, assignment in view.topics.items():
+            for partition, replicas in enumerate(assignment.replicas):
+                state = view.states.get((topic, partition))
+                if self.node_id not in replicas or state is None:
+                    continue
+                key = (topic, partition)
+                if state.leader == self.node_id:
+                    current = self._leading.get(key)
+                    if current is None or current.leader_epoch != state.leader_epoch:
+                        current = LeaderState(state.leader_epoch, now_ms())
+                    leading[key] = current
+                elif state.leader in view.brokers:
+                    following[key] = (state.leader, state.leader_epoch, self.node_id in state.isr)
+        self._leading = leading
+        for key, (followed, fetcher) in list(self._fetchers.items()):
+            if following.get(key) != followed:
+                fetcher.cancel()
+                del self._fetchers[key]
+        for key, followed in following.items():
+            partition_log = self.logs.get(*key)
+            if key in self._fetchers or partition_log is None:
+                continue
+            leader_id, leader_epoch, in_sync = followed
+            if not in_sync and partition_log.log_end_offset > 0:
+                partition_log = self.logs.reset_partition(*key)
+                self._high_watermarks.pop(key, None)
+            leader = view.brokers[leader_id]
+            replica_fetcher = ReplicaFetcher(
+                self.node_id,
+                *key,
+                partition_log,
+                (leader.host, leader.port),
+                leader_epoch,
+                self._high_watermarks.get(key, 0),
+                self._follower_appended,
+            )
+            task = asyncio.create_task(replica_fetcher.run(), name=f"fetch-{key}")
+            self._fetchers[key] = (followed, task)
+
+    def _follower_appended(self, topic: str, partition: int, partition_log: PartitionLog, hw: int) -> None:
+        self._high_watermarks[topic, partition] = hw
+        self.appended([partition_log])
+
+    def follower_fetched(self, topic: str, partition: int, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetched at `fetch_offset`: that is its log end now."""
+        assert self.cluster is not None
+        view = self.cluster.view
+        state = self._leading.get((topic, partition))
+        partition_log = self.logs.get(topic, partition)
+        if state is None or partition_log is None or replica_id not in view.topics[topic].replicas[partition]:
+            return  # not the leader (any more), or not a replica of the partition
+        state.fetched(replica_id, fetch_offset, partition_log.log_end_offset, now_ms())
+        self._wake_replication()
+        self._wake_fetches()  # consumers waiting at the high watermark
+        isr = view.isr(topic, partition)
+        key = (topic, partition)
+        if (
+            replica_id not in isr
+            and key not in self._isr_expansions
+            and fetch_offset >= self.high_watermark(topic, partition, partition_log)
+        ):
+            state.caught_up_ms[replica_id] = now_ms()  # not lagging the moment it is back
+            task = asyncio.create_task(self.cluster.change_isr(topic, partition, (*isr, replica_id)))
+            self._isr_expansions[key] = task
+            task.add_done_callback(lambda _: self._isr_expansions.pop(key, None))
+
+    def high_watermark(self, topic: str, partition: int, partition_log: PartitionLog) -> int:
+        """What consumers may read: the flushed offset alone; in a cluster, on the leader, also
+        no further than every ISR member's log end (never moving back)."""
+        if self.cluster is None:
+            return partition_log.flushed_offset
+        key = (topic, partition)
+        state = self._leading.get(key)
+        isr = self.cluster.view.isr(topic, partition)
+        known = min(self._high_watermarks.get(key, 0), partition_log.flushed_offset)
+        if state is None:
+            return partition_log.flushed_offset if not isr else known
+        ends = [state.log_end.get(replica) for replica in isr if replica != self.node_id]
+        if None in ends:
+            return known
+        hw = max(known, min([partition_log.flushed_offset, *(end for end in ends if end is not None)]))
+        self._high_watermarks[key] = hw
+        return hw
+
+    def leading(self) -> set[tuple[str, int]]:
+        """The partitions this broker leads (cluster mode)."""
+        return set(self._leading)
+
+    def leader_epoch(self, topic: str, partition: int) -> int | None:
+        """The epoch this broker leads the partition in, if it does."""
+        state = self._leading.get((topic, partition))
+        return None if state is None else state.leader_epoch
+
+    async def wait_replicated(
+        self, targets: list[tuple[str, int, PartitionLog, int]], timeout_s: float
+    ) -> dict[tuple[str, int], bool]:
+        """For each (topic, partition, log, end): whether the high watermark reached `end` while
+        this broker still led the partition, within the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            done = {
+                (topic, partition): self.high_watermark(topic, partition, partition_log) >= end
+                for topic, partition, partition_log, end in targets
+            }
+            lost = any((topic, partition) not in self._leading for topic, partition, _, _ in targets)
+            remaining = deadline - time.monotonic()
+            if all(done.values()) or lost or remaining <= 0:
+                return {key: reached and key in self._leading for key, reached in done.items()}
+            waiter = asyncio.get_running_loop().create_future()
+            self._replication_waiters.add(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                self._replication_waiters.discard(waiter)
+
+    def _wake_replication(self) -> None:
+        for waiter in self._replication_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._replication_waiters.clear()
+
+    async def _shrink_isrs(self) -> None:
+        """As Kafka's leaders: drop followers that have not caught up for replica.lag.time.max.ms
+        from the ISR (a compare-and-set on the state znode, keeping the leader epoch)."""
+        assert self.cluster is not None
+        lag_ms = self.config.get_int("replica.lag.time.max.ms")
+        while True:
+            await asyncio.sleep(lag_ms / 2000)
+            view = self.cluster.view
+            for (topic, partition), state in list(self._leading.items()):
+                isr = view.isr(topic, partition)
+                lagging = state.lagging(isr, self.node_id, lag_ms, now_ms())
+                if lagging:
+                    in_sync = tuple(replica for replica in isr if replica not in lagging)
+                    log.warning("%s-%d: %s lag, ISR now %s", topic, partition, lagging, in_sync)
+                    await self.cluster.change_isr(topic, partition, in_sync)
+
+    def leader_elsewhere(self, topic: str, partition: int) -> bool:
+        """In a cluster: the partition exists and another broker leads it, or none does."""
+        if self.cluster is None:
+            return False
+        view = self.cluster.view
+        assignment = view.topics.get(topic)
+        return (
+            assignment is not None
+            and 0 <= partition < len(assignment.replicas)
+            and view.leader(topic, partition) != self.node_id
+        )
+
+    def in_sync_replicas(self, topic: str, partition: int) -> int:
+        """How many replicas are in the partition's ISR: this broker alone outside a cluster."""
+        if self.cluster is None:
+            return 1
+        return len(self.cluster.view.isr(topic, partition))
 
     # -- consumer-group timeouts ---------------------------------------------------
     def _schedule_group_timer(self, at_ms: int) -> None:
@@ -278,6 +503,8 @@ class Broker:
         self.metrics.flushed(time.perf_counter() - started)
 
     def _wake_fetches(self) -> None:
+        if self._replication_waiters:
+            self._wake_replication()  # a flush moves the high watermark too
         for waiter in self._fetch_waiters:
             if not waiter.done():
                 waiter.set_result(None)

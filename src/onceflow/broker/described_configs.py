@@ -83,6 +83,11 @@ BROKER_KEY_TYPES: dict[str, ConfigType] = {
     "log.cleaner.backoff.ms": _LONG,
     "offsets.topic.segment.bytes": _INT,
     "transaction.state.log.segment.bytes": _INT,
+    "zookeeper.connect": _STRING,
+    "zookeeper.session.timeout.ms": _INT,
+    "default.replication.factor": _INT,
+    "unclean.leader.election.enable": _BOOLEAN,
+    "replica.lag.time.max.ms": _LONG,
 }
 
 

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
 
 HEADER_SIZE = _HEADER.size  # 61
 # baseOffset and batchLength are not counted in batchLength.
@@ -141,6 +142,12 @@ def next_offset_after(records: bytes | bytearray | memoryview) -> int:
 def patch_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
     """Assign the batch's base offset in place; the CRC does not cover it."""
     _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+def patch_partition_leader_epoch(buf: bytearray, pos: int, leader_epoch: int) -> None:
+    """Stamp the leader's epoch on the batch in place (its 4 bytes follow the batch length);
+    the CRC does not cover it either."""
+    _LEADER_EPOCH.pack_into(buf, pos + LOG_OVERHEAD, leader_epoch)
 
 
 # -- record-level reads (off the hot path: ListOffsets by timestamp) ---------------------------

@@ -113,9 +113,12 @@ class LogManager:
         validate_topic_configs(configs)
         return self._overlay(configs)
 
-    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> TopicInfo:
+    def create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str], topic_id: uuid.UUID | None = None
+    ) -> TopicInfo:
+        """A new topic; in a cluster, with the id every broker shares."""
         config = self.validate_new_topic(name, partitions, configs)
-        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs))
+        info = TopicInfo(name, topic_id or uuid.uuid4(), partitions, dict(configs))
         self._open_new_partitions(name, range(partitions), config)
         self.topics[name] = info
         self._write_topics()
@@ -132,6 +135,13 @@ class LogManager:
         for log in logs:
             log.close(flush=False)
             _remove_dir(log.directory)
+
+    def reset_partition(self, name: str, partition: int) -> PartitionLog:
+        """An empty log in place of the partition's: a replica that copies its leader's log anew."""
+        self._logs.pop((name, partition)).close(flush=False)
+        _remove_dir(self._partition_dir(name, partition))
+        self._open_new_partitions(name, range(partition, partition + 1), self.topic_config(name))
+        return self._logs[name, partition]
 
     def validate_new_partition_count(self, name: str, new_total: int) -> TopicInfo:
         """Raise what `create_partitions` would raise; return the topic as it is now."""

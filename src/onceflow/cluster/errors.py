@@ -1,0 +1,11 @@
+"""Errors of cluster mode, importable without kazoo."""
+
+from __future__ import annotations
+
+
+class ClusterError(Exception):
+    """Joining or following the cluster failed (ZooKeeper unreachable, a broker id taken)."""
+
+
+class TopicExistsError(Exception):
+    """The topic's znode exists already (TOPIC_ALREADY_EXISTS)."""

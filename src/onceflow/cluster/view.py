@@ -1,0 +1,34 @@
+"""What a broker knows of its cluster: one consistent read of the znodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration, PartitionState, TopicAssignment
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=dict)
+    controller_id: int = NO_LEADER
+    controller_epoch: int = 0
+    topics: Mapping[str, TopicAssignment] = field(default_factory=dict)
+    states: Mapping[tuple[str, int], PartitionState] = field(default_factory=dict)
+    topic_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Znode versions of the states, for compare-and-set writes.
+    state_versions: Mapping[tuple[str, int], int] = field(default_factory=dict)
+
+    def leader(self, topic: str, partition: int) -> int:
+        state = self.states.get((topic, partition))
+        return NO_LEADER if state is None else state.leader
+
+    def isr(self, topic: str, partition: int) -> tuple[int, ...]:
+        state = self.states.get((topic, partition))
+        return () if state is None else state.isr
+
+    @property
+    def coordinator_id(self) -> int:
+        """The broker that hosts the coordinators' internal topics: the live broker with the lowest
+        id (simple and the same on every broker; the topics are not replicated yet)."""
+        return min(self.brokers, default=NO_LEADER)

@@ -1,0 +1,110 @@
+"""A ZooKeeper server and three `onceflow broker --zookeeper` processes that form a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import BrokerProcess, wait_until
+from tests.wire import WireClient
+from tests.zookeeper import ZooKeeperServer
+
+BROKER_IDS = (1, 2, 3)
+# A SIGKILLed broker's session, and so its leaderships, end within 2 s.
+SETTINGS = {"zookeeper.session.timeout.ms": "2000", "default.replication.factor": "3"}
+
+
+@dataclass
+class Cluster:
+    zookeeper: ZooKeeperServer
+    brokers: dict[int, BrokerProcess]
+
+    def live(self) -> dict[int, BrokerProcess]:
+        return {
+            broker_id: broker
+            for broker_id, broker in self.brokers.items()
+            if broker.process is not None and broker.process.poll() is None
+        }
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(broker.bootstrap_servers for broker in self.live().values())
+
+    def metadata(self, broker_id: int, *topics: str, auto_create: bool = False) -> Any:
+        """Metadata v12 from one broker, straight off the wire."""
+        with WireClient(self.brokers[broker_id].bootstrap_servers) as client:
+            return client.request(
+                3,
+                12,
+                topics=[{"topic_id": None, "name": topic} for topic in topics],
+                allow_auto_topic_creation=auto_create,
+                include_topic_authorized_operations=False,
+            )
+
+    def partition(self, broker_id: int, topic: str, partition: int = 0) -> Any:
+        return self.metadata(broker_id, topic).topics[0].partitions[partition]
+
+    def wait_for_leader(self, topic: str, partition: int = 0, not_on: int | None = None) -> Any:
+        """The partition's metadata once a live broker other than `not_on` leads it, as every
+        live broker sees it."""
+        live = self.live()
+
+        def led() -> bool:
+            seen = [self.metadata(broker_id, topic).topics[0] for broker_id in live]
+            return all(
+                described.error_code == 0
+                and described.partitions[partition].leader_id in live
+                and described.partitions[partition].leader_id != not_on
+                and described.partitions[partition] == seen[0].partitions[partition]
+                for described in seen
+            )
+
+        wait_until(led, timeout_s=20)
+        return self.partition(next(iter(live)), topic, partition)
+
+
+def start_cluster(directory: Path, settings: dict[str, str] | None = None) -> Iterator[Cluster]:
+    with ZooKeeperServer() as zookeeper:
+        brokers = {}
+        for broker_id in BROKER_IDS:
+            broker = BrokerProcess(
+                directory / f"broker-{broker_id}", settings={**SETTINGS, **(settings or {})}
+            )
+            broker.extra_args = ["--zookeeper", zookeeper.connect_string, "--broker-id", str(broker_id)]
+            brokers[broker_id] = broker
+        try:
+            with ThreadPoolExecutor(len(brokers)) as pool:
+                list(pool.map(BrokerProcess.start, brokers.values()))
+            running = Cluster(zookeeper, brokers)
+            wait_until(lambda: len(running.metadata(BROKER_IDS[0]).brokers) == len(BROKER_IDS), timeout_s=20)
+            yield running
+        finally:
+            for broker in brokers.values():
+                if broker.process is not None and broker.process.poll() is None:
+                    broker.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster of its own, for a test that kills brokers."""
+    yield from start_cluster(tmp_path)
+
+
+@pytest.fixture
+def quick_lag_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Leaders drop a silent follower from the ISR after 1 s, well before its session (4 s, the
+    longest the test ZooKeeper allows) ends."""
+    yield from start_cluster(
+        tmp_path, {"replica.lag.time.max.ms": "1000", "zookeeper.session.timeout.ms": "4000"}
+    )
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the tests that kill nothing (each uses topics of its own)."""
+    yield from start_cluster(tmp_path_factory.mktemp("cluster"))

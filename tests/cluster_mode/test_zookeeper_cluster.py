@@ -1,0 +1,306 @@
+"""Three broker processes that form a cluster through a real ZooKeeper, with real clients."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from tests.cluster_mode.conftest import BROKER_IDS, Cluster
+from tests.conftest import wait_until
+from tests.wire import WireClient, make_batch, produce
+
+pytestmark = pytest.mark.zookeeper
+
+
+def create_topic(cluster: Cluster, name: str, partitions: int, factor: int, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(name, partitions, factor, config=configs)])[name].result(20)
+
+
+def fetch_error(address: str, topic: str, partition: int) -> int:
+    with WireClient(address) as client:
+        response = client.request(
+            1,
+            12,
+            replica_id=-1,
+            max_wait=0,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": 0,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+    return int(response.responses[0].partitions[0].error_code)
+
+
+def test_brokers_agree_on_topics_replicas_and_leaders(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    create_topic(cluster, "orders", 3, 3)
+    for partition_index in range(3):  # each broker learns the leaders when its watches fire
+        cluster.wait_for_leader("orders", partition_index)
+    described = [cluster.metadata(broker_id, "orders") for broker_id in BROKER_IDS]
+    first = described[0]
+    assert sorted(broker.node_id for broker in first.brokers) == list(BROKER_IDS)
+    assert first.controller_id in BROKER_IDS
+    topic = first.topics[0]
+    assert topic.error_code == ErrorCode.none
+    for partition in topic.partitions:
+        assert sorted(partition.replica_nodes) == list(BROKER_IDS)
+        assert sorted(partition.isr_nodes) == list(BROKER_IDS)
+        assert partition.leader_id == partition.replica_nodes[0]
+    # Leaders spread over the brokers, and every broker says the same (topic id included).
+    assert {partition.leader_id for partition in topic.partitions} == set(BROKER_IDS)
+    for other in described[1:]:
+        assert (other.brokers, other.controller_id, other.topics) == (
+            first.brokers,
+            first.controller_id,
+            first.topics,
+        )
+
+    with WireClient(cluster.brokers[2].bootstrap_servers) as client:
+        pages = client.request(75, 0, topics=[{"name": "orders"}], response_partition_limit=100, cursor=None)
+    assert [
+        (partition.leader_id, partition.leader_epoch, partition.replica_nodes, partition.isr_nodes)
+        for partition in pages.topics[0].partitions
+    ] == [
+        (partition.leader_id, partition.leader_epoch, partition.replica_nodes, partition.isr_nodes)
+        for partition in topic.partitions
+    ]
+
+    with pytest.raises(KafkaException) as refused:
+        create_topic(cluster, "too-many", 1, 4)
+    assert refused.value.args[0].code() == ErrorCode.invalid_replication_factor
+
+
+def test_auto_created_topics_take_the_default_replication_factor(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    first = cluster.metadata(2, "auto", auto_create=True).topics[0]
+    assert first.error_code in (ErrorCode.leader_not_available, ErrorCode.none)
+    partition = cluster.wait_for_leader("auto")
+    assert sorted(partition.replica_nodes) == list(BROKER_IDS)
+
+
+def test_only_the_leader_takes_produce_and_fetch(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    create_topic(cluster, "single", 1, 2)
+    partition = cluster.wait_for_leader("single")
+    followers = [broker_id for broker_id in BROKER_IDS if broker_id != partition.leader_id]
+    for broker_id in [*followers, partition.leader_id]:
+        address = cluster.brokers[broker_id].bootstrap_servers
+        with WireClient(address) as client:
+            answer = produce(client, "single", 0, make_batch([b"x"]), acks=1)
+        expected = ErrorCode.none if broker_id == partition.leader_id else ErrorCode.not_leader_or_follower
+        assert (broker_id, answer.error_code) == (broker_id, expected)
+        assert (broker_id, fetch_error(address, "single", 0)) == (broker_id, expected)
+
+
+def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_lost(
+    cluster: Cluster,
+) -> None:
+    create_topic(cluster, "payments", 1, 3, **{"min.insync.replicas": "2"})
+    before = cluster.wait_for_leader("payments")
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "message.timeout.ms": 30000}
+    )
+    delivered: list[tuple[object, int]] = []
+
+    def sent(error: object, message: object) -> None:
+        delivered.append((error, message.offset()))  # type: ignore[attr-defined]
+
+    for index in range(5):
+        producer.produce("payments", value=b"before-%d" % index, on_delivery=sent)
+    assert producer.flush(20) == 0
+
+    cluster.brokers[before.leader_id].kill()
+    after = cluster.wait_for_leader("payments", not_on=before.leader_id)
+    assert after.leader_id in before.isr_nodes
+    assert after.leader_epoch == before.leader_epoch + 1
+    assert before.leader_id not in after.isr_nodes
+    assert after.offline_replicas == (before.leader_id,)
+
+    for index in range(5):
+        producer.produce("payments", value=b"after-%d" % index, on_delivery=sent)
+    assert producer.flush(30) == 0
+    assert [error for error, _ in delivered] == [None] * 10
+    # The new leader had every acknowledged record (acks=all waits for the whole ISR).
+    assert [offset for _, offset in delivered] == list(range(10))
+    with WireClient(cluster.brokers[after.leader_id].bootstrap_servers) as client:
+        for current, expected in [
+            (after.leader_epoch, ErrorCode.none),
+            (before.leader_epoch, ErrorCode.fenced_leader_epoch),
+            (after.leader_epoch + 1, ErrorCode.unknown_leader_epoch),
+        ]:
+            answer = client.request(
+                23,
+                4,
+                replica_id=-1,
+                topics=[
+                    {
+                        "topic": "payments",
+                        "partitions": [
+                            {"partition": 0, "current_leader_epoch": current, "leader_epoch": current}
+                        ],
+                    }
+                ],
+            )
+            assert answer.topics[0].partitions[0].error_code == expected
+    consumer = Consumer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "readers", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition("payments", 0, 0)])
+    read: list[bytes] = []
+    wait_until(
+        lambda: read.extend(m.value() for m in consumer.consume(10, 0.5) if not m.error()) or len(read) >= 10
+    )
+    consumer.close()
+    assert read == [b"before-%d" % index for index in range(5)] + [b"after-%d" % index for index in range(5)]
+
+
+def test_the_controller_fails_over_and_a_shrunk_isr_refuses_acks_all(cluster: Cluster) -> None:
+    create_topic(cluster, "ledger", 1, 3, **{"min.insync.replicas": "2"})
+    controller = cluster.metadata(1).controller_id
+    cluster.brokers[controller].kill()
+    survivors = [broker_id for broker_id in BROKER_IDS if broker_id != controller]
+
+    def new_controller() -> bool:
+        return all(
+            cluster.metadata(broker_id).controller_id not in (controller, -1) for broker_id in survivors
+        )
+
+    wait_until(new_controller, timeout_s=20)
+    assert len({cluster.metadata(broker_id).controller_id for broker_id in survivors}) == 1
+
+    # Two of three in sync: acks=all is taken. One of three: NOT_ENOUGH_REPLICAS.
+    leader = cluster.wait_for_leader("ledger", not_on=controller).leader_id
+    with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
+        assert produce(client, "ledger", 0, make_batch([b"a"])).error_code == ErrorCode.none
+    cluster.brokers[next(broker_id for broker_id in survivors if broker_id != leader)].kill()
+    wait_until(lambda: len(cluster.partition(leader, "ledger").isr_nodes) == 1, timeout_s=20)
+    with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
+        refused = produce(client, "ledger", 0, make_batch([b"b"]))
+        assert refused.error_code == ErrorCode.not_enough_replicas
+        assert produce(client, "ledger", 0, make_batch([b"c"]), acks=1).error_code == ErrorCode.none
+
+
+def test_no_two_brokers_hand_out_the_same_producer_id(shared_cluster: Cluster) -> None:
+    ids = []
+    for broker in shared_cluster.brokers.values():
+        with WireClient(broker.bootstrap_servers) as client:
+            ids += [client.init_producer_id().producer_id for _ in range(2)]
+    assert len(set(ids)) == len(ids) == 2 * len(BROKER_IDS)
+
+
+def test_a_leader_drops_a_silent_follower_from_the_isr_and_acks_all_goes_on(
+    quick_lag_cluster: Cluster,
+) -> None:
+    cluster = quick_lag_cluster
+    create_topic(cluster, "audit", 1, 3)
+    leader = cluster.wait_for_leader("audit").leader_id
+    follower = next(broker_id for broker_id in BROKER_IDS if broker_id != leader)
+    process = cluster.brokers[follower].process
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)  # no fetches, but its ZooKeeper session lives on a while
+    try:
+        with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
+            answer = produce(client, "audit", 0, make_batch([b"while-stopped"]))
+            # Answered once the leader dropped the follower: before its session ended.
+            isr = cluster.partition(leader, "audit").isr_nodes
+            registered = [broker.node_id for broker in cluster.metadata(leader).brokers]
+        assert answer.error_code == ErrorCode.none
+        assert follower not in isr and len(isr) == 2
+        assert follower in registered
+    finally:
+        process.send_signal(signal.SIGCONT)
+
+
+def test_a_replica_that_comes_back_copies_its_leaders_log_and_rejoins_the_isr(cluster: Cluster) -> None:
+    create_topic(cluster, "ledger", 1, 3, **{"min.insync.replicas": "2"})
+    leader = cluster.wait_for_leader("ledger").leader_id
+    returning = next(broker_id for broker_id in BROKER_IDS if broker_id != leader)
+    other = next(broker_id for broker_id in BROKER_IDS if broker_id not in (leader, returning))
+
+    def write(*values: bytes) -> None:
+        with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
+            assert produce(client, "ledger", 0, make_batch(list(values))).error_code == ErrorCode.none
+
+    write(b"a", b"b")
+    cluster.brokers[returning].kill()
+    wait_until(lambda: returning not in cluster.partition(leader, "ledger").isr_nodes, timeout_s=20)
+    write(b"c")  # while it is away
+    wait_until(lambda: returning not in [broker.node_id for broker in cluster.metadata(leader).brokers])
+    cluster.brokers[returning].start()
+    wait_until(lambda: returning in cluster.partition(leader, "ledger").isr_nodes, timeout_s=20)
+    write(b"d")  # acks=all: the returned replica has it too
+
+    # With the other two gone, the returned replica leads, with every acknowledged record.
+    cluster.brokers[leader].kill()
+    cluster.brokers[other].kill()
+    wait_until(lambda: cluster.partition(returning, "ledger").leader_id == returning, timeout_s=20)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "audit"})
+    consumer.assign([TopicPartition("ledger", 0, 0)])
+    read: list[bytes] = []
+    wait_until(
+        lambda: read.extend(m.value() for m in consumer.consume(4, 0.5) if not m.error()) or len(read) >= 4
+    )
+    consumer.close()
+    assert read == [b"a", b"b", b"c", b"d"]
+
+
+def test_unclean_election_only_where_the_topic_allows_it(cluster: Cluster) -> None:
+    # Both on brokers 1 and 2, led by 1 (explicit assignments), 3 keeps the cluster going.
+    with WireClient(cluster.brokers[3].bootstrap_servers) as client:
+        for name, configs in [
+            ("risky", [{"name": "unclean.leader.election.enable", "value": "true"}]),
+            ("safe", []),
+        ]:
+            created = client.request(
+                19,
+                7,
+                topics=[
+                    {
+                        "name": name,
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "assignments": [{"partition_index": 0, "broker_ids": [1, 2]}],
+                        "configs": configs,
+                    }
+                ],
+                timeout=20_000,
+                validate_only=False,
+            )
+            assert created.topics[0].error_code == ErrorCode.none
+    cluster.wait_for_leader("risky")
+    cluster.brokers[2].kill()  # the follower: the ISR shrinks to broker 1
+    wait_until(lambda: cluster.partition(3, "safe").isr_nodes == (1,), timeout_s=20)
+    before = cluster.partition(3, "risky")
+    cluster.brokers[1].kill()  # the last in-sync replica: both topics go offline
+    wait_until(lambda: cluster.partition(3, "safe").leader_id == -1, timeout_s=20)
+    wait_until(lambda: 2 not in [broker.node_id for broker in cluster.metadata(3).brokers], timeout_s=20)
+
+    cluster.brokers[2].start()  # back, but it was not in sync
+    risky = cluster.wait_for_leader("risky")
+    assert (risky.leader_id, risky.isr_nodes) == (2, (2,))
+    assert risky.leader_epoch > before.leader_epoch
+    safe = cluster.partition(3, "safe")
+    assert (safe.error_code, safe.leader_id, safe.isr_nodes) == (ErrorCode.leader_not_available, -1, (1,))

@@ -1,0 +1,104 @@
+"""A throwaway ZooKeeper server for tests: standalone, 127.0.0.1 only, a free port, its own data dir.
+
+    with ZooKeeperServer() as server:
+        server.connect_string  # 127.0.0.1:<port>
+
+It runs the Debian package's jars (`/usr/share/java/zookeeper.jar`, whose manifest names the
+rest of its class path) with java, and answers `ruok` before `start` returns.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def answers_ruok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as connection:
+            connection.sendall(b"ruok")
+            return connection.recv(4) == b"imok"
+    except OSError:
+        return False
+
+
+class ZooKeeperServer:
+    def __init__(self, start_timeout_s: float = 30, tick_ms: int = 200) -> None:
+        self.start_timeout_s = start_timeout_s
+        # Sessions may be as short as 2 ticks: brokers' sessions end soon after a SIGKILL.
+        self.tick_ms = tick_ms
+        self.port = 0
+        self.directory: Path | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> ZooKeeperServer:
+        java = shutil.which("java")
+        if java is None or not ZOOKEEPER_JAR.exists():
+            raise RuntimeError("ZooKeeper is not installed: run `make setup` (Debian's zookeeper package)")
+        self.directory = Path(tempfile.mkdtemp(prefix="onceflow-zk-"))
+        self.port = free_port()
+        config = self.directory / "zoo.cfg"
+        config.write_text(
+            "\n".join(
+                [
+                    f"tickTime={self.tick_ms}",
+                    f"dataDir={self.directory / 'data'}",
+                    f"clientPort={self.port}",
+                    "clientPortAddress=127.0.0.1",
+                    # The admin server would take port 8080.
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok",
+                    "",
+                ]
+            )
+        )
+        with (self.directory / "server.log").open("wb") as log:
+            self.process = subprocess.Popen(
+                [java, "-Xmx256m", "-cp", str(ZOOKEEPER_JAR), MAIN_CLASS, str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + self.start_timeout_s
+        while not answers_ruok(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                output = (self.directory / "server.log").read_text(errors="replace")[-4000:]
+                self.stop()
+                raise RuntimeError(f"ZooKeeper did not start:\n{output}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        self.process = None
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+    def __enter__(self) -> ZooKeeperServer:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
