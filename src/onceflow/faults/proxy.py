@@ -235,7 +235,7 @@ class FaultProxy:
         """A Metadata or FindCoordinator response (length prefix included) naming the proxy's ports
         instead of the brokers; as it came when it cannot be decoded."""
         try:
-            body = decode_response(request.api_key, request.api_version, frame[4:])
+            _, body = decode_response(request.api_key, request.api_version, frame[4:])
         except (MalformedRequestError, UnknownApiError):
             return frame
         if request.api_key == METADATA:

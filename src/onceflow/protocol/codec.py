@@ -88,20 +88,21 @@ def _response_readers(api_key: int, api_version: int) -> tuple[Callable[..., Any
     return entity_reader(body.__header_schema__), entity_reader(body)
 
 
-def decode_response(api_key: int, api_version: int, frame: bytes) -> Any:
-    """The body of a response frame (without its length prefix) to a request of that API and
-    version; a response does not name its API, so the caller must remember the request's. Only
-    for responses of a trusted broker: the lengths in them are not checked against the frame."""
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """The correlation id and body of a response frame (without its length prefix) to a request
+    of that API and version; a response does not name its API, so the caller must remember the
+    request's. Only for responses of a trusted broker: the lengths are not checked against the
+    frame."""
     try:
         read_header, read_body = _response_readers(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity) as error:
         raise UnknownApiError(f"unknown api key {api_key} version {api_version}") from error
     try:
-        _header, header_size = read_header(frame, 0)
+        header, header_size = read_header(frame, 0)
         body, _ = read_body(frame, header_size)
     except Exception as error:  # kio raises assorted errors on garbage input
         raise MalformedRequestError(f"cannot decode the response of api {api_key} v{api_version}") from error
-    return body
+    return header.correlation_id, body
 
 
 _ResponseWriters = tuple[type[Any], Callable[..., None], Callable[..., None]]
@@ -142,25 +143,6 @@ def encode_request(header: Any, body: Any) -> bytes:
     _INT32.pack_into(frame, 0, len(frame) - 4)
     del frame
     return buffer.getvalue()
-
-
-def decode_response(api_key: int, api_version: int, payload: bytes) -> tuple[int, Any]:
-    """The correlation id and response in a frame's payload (without its length prefix): for
-    the broker's own requests to other brokers, whose answers it trusts as far as kio's reader."""
-    response_class = response_type(api_key, api_version)
-    header, offset = _reader(response_class.__header_schema__)(payload, 0)
-    response, _ = _reader(response_class)(payload, offset)
-    return header.correlation_id, response
-
-
-_readers_by_class: dict[type[Any], Callable[..., Any]] = {}
-
-
-def _reader(entity_class: type[Any]) -> Callable[..., Any]:
-    reader = _readers_by_class.get(entity_class)
-    if reader is None:
-        reader = _readers_by_class[entity_class] = entity_reader(entity_class)
-    return reader
 
 
 _writers_by_class: dict[type[Any], Callable[..., None]] = {}
