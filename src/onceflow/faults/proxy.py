@@ -82,6 +82,7 @@ class FaultPlan:
     # For the answers to writes (WRITE_APIS), when set: they are few among the Fetches and heartbeats.
     drop_write_response_probability: float | None = None
     drop_produce_request_probability: float = 0.0
+    drop_next_produce_request: bool = False  # one more, whatever the probability
     delay_response_s: float = 0.0
     max_faults: int = 1_000
     seed: int = 0
@@ -226,6 +227,9 @@ class FaultProxy:
         return self._random.random() < self.plan.broker_fault_probability
 
     def drops_produce_request(self) -> bool:
+        if self.plan.drop_next_produce_request:
+            self.plan.drop_next_produce_request = False
+            return True
         return (
             self.requests_dropped < self.plan.max_faults
             and self._random.random() < self.plan.drop_produce_request_probability

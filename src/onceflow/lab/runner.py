@@ -379,6 +379,9 @@ class _Run:
             on = action == "lose-requests"
             self.proxy.plan.drop_produce_request_probability = faults.DROP_PROBABILITY if on else 0.0
             self.proxy.plan.max_faults = faults.MAX_DROPPED
+            # A loaded machine may have sent little in the window: then lose the next request, so
+            # that the run still tests what it is for.
+            self.proxy.plan.drop_next_produce_request = not on and self.proxy.requests_dropped == 0
             self.injected.append(f"{event.at_s:.1f}s {action}")
             if not on:
                 self.injected.append(f"proxy destroyed {self.proxy.requests_dropped} Produce requests")
