@@ -1,4 +1,9 @@
-"""ListOffsets (2): earliest, latest, max timestamp, or the first offset at a time."""
+"""ListOffsets (2): earliest, latest, max timestamp, or the first offset at a time.
+
+v8-v11 add the tiered-storage timestamps (KIP-405, KIP-1005, KIP-1023) and v10 a timeout for
+remote reads. Without tiered storage Kafka answers them from the local log: earliest-local is
+the log start offset, and there is no tiered or pending-upload offset (-1).
+"""
 
 from __future__ import annotations
 
@@ -12,12 +17,27 @@ from onceflow.log.log import PartitionLog
 
 API_KEY = 2
 MIN_VERSION = 1
-MAX_VERSION = 7
+MAX_VERSION = 11
 
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
+# The first version that may ask for each special timestamp; any other negative timestamp, or
+# one asked for at an older version, is UNSUPPORTED_VERSION, as in Kafka's ReplicaManager.
+_FIRST_VERSION = {
+    LATEST: 1,
+    EARLIEST: 1,
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL: 8,
+    LATEST_TIERED: 9,
+    EARLIEST_PENDING_UPLOAD: 11,
+}
 READ_COMMITTED = 1
+LEADER_EPOCH = 0  # a single broker never changes leader
+_NO_EPOCH = -1
 
 
 def handle(request: Request) -> Any:
@@ -26,37 +46,43 @@ def handle(request: Request) -> Any:
     for topic in request.body.topics:
         partitions = []
         for wanted in topic.partitions:
+            if wanted.timestamp < 0 and request.api_version < _FIRST_VERSION.get(wanted.timestamp, 2**15):
+                partitions.append(_error(wanted.partition_index, ErrorCode.unsupported_version))
+                continue
             log = logs.get(topic.name, wanted.partition_index)
             if log is None:
-                partitions.append(
-                    {
-                        "partition_index": wanted.partition_index,
-                        "error_code": ErrorCode.unknown_topic_or_partition,
-                    }
-                )
+                partitions.append(_error(wanted.partition_index, ErrorCode.unknown_topic_or_partition))
                 continue
-            timestamp, offset = _lookup(log, wanted.timestamp, request.body.isolation_level == READ_COMMITTED)
+            timestamp, offset, leader_epoch = _lookup(
+                log, wanted.timestamp, request.body.isolation_level == READ_COMMITTED
+            )
             partitions.append(
                 {
                     "partition_index": wanted.partition_index,
                     "error_code": ErrorCode.none,
                     "timestamp": timestamp,
                     "offset": offset,
-                    "leader_epoch": 0,
+                    "leader_epoch": leader_epoch,
                 }
             )
         topics.append({"name": topic.name, "partitions": partitions})
     return request.respond(throttle_time=0, topics=topics)
 
 
-def _lookup(log: PartitionLog, timestamp: int, read_committed: bool) -> tuple[int, int]:
+def _error(partition: int, code: ErrorCode) -> dict[str, Any]:
+    return {"partition_index": partition, "error_code": code}
+
+
+def _lookup(log: PartitionLog, timestamp: int, read_committed: bool) -> tuple[int, int, int]:
     if timestamp == LATEST:
         hw = high_watermark(log)
-        return -1, log.last_stable_offset(hw) if read_committed else hw
-    if timestamp == EARLIEST:
-        return -1, log.log_start_offset
+        return -1, log.last_stable_offset(hw) if read_committed else hw, LEADER_EPOCH
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, log.log_start_offset, LEADER_EPOCH
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return -1, -1, _NO_EPOCH  # nothing is tiered
     found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
     if found is None:
-        return -1, -1  # no record at or after that time
+        return -1, -1, _NO_EPOCH  # no record at or after that time
     offset, found_timestamp = found
-    return found_timestamp, offset
+    return found_timestamp, offset, LEADER_EPOCH
