@@ -222,6 +222,7 @@ def test_librdkafka_uses_the_new_versions_and_still_adds_partitions_to_transacti
     producer.begin_transaction()
     producer.produce(TOPIC, b"committed")
     producer.commit_transaction(30)
+    producer.flush(10)  # serves the queued debug logs
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -239,6 +240,9 @@ def test_librdkafka_uses_the_new_versions_and_still_adds_partitions_to_transacti
         message = consumer.poll(0.2)
         if message is not None and message.error() is None:
             values.append(message.value())
+    # The debug logs are served by poll, apart from the messages: wait for the fetch's.
+    while not any(entry.startswith("Fetch") for entry in sent) and time.monotonic() < deadline:
+        consumer.poll(0.1)
     consumer.close()
     assert values == [b"committed"]
     versions = {name: int(version) for name, version in (entry.split("Request (v") for entry in sent)}

@@ -46,7 +46,7 @@ def handle(request: Request) -> Any:
     for topic in request.body.topics:
         partitions = []
         for wanted in topic.partitions:
-            if wanted.timestamp < 0 and request.api_version < _FIRST_VERSION.get(wanted.timestamp, 2**15):
+            if not _supported(wanted.timestamp, request.api_version):
                 partitions.append(_error(wanted.partition_index, ErrorCode.unsupported_version))
                 continue
             log = logs.get(topic.name, wanted.partition_index)
@@ -69,6 +69,13 @@ def handle(request: Request) -> Any:
     return request.respond(throttle_time=0, topics=topics)
 
 
+def _supported(timestamp: int, version: int) -> bool:
+    if timestamp >= 0:
+        return True
+    first_version = _FIRST_VERSION.get(timestamp)
+    return first_version is not None and version >= first_version
+
+
 def _error(partition: int, code: ErrorCode) -> dict[str, Any]:
     return {"partition_index": partition, "error_code": code}
 
@@ -83,6 +90,6 @@ def _lookup(log: PartitionLog, timestamp: int, read_committed: bool) -> tuple[in
         return -1, -1, _NO_EPOCH  # nothing is tiered
     found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
     if found is None:
-        return -1, -1, _NO_EPOCH  # no record at or after that time
+        return -1, -1, _NO_EPOCH  # no record at or after that time: Kafka's empty answer
     offset, found_timestamp = found
     return found_timestamp, offset, LEADER_EPOCH
