@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from onceflow import EmbeddedBroker
 from onceflow.faults.proxy import FaultPlan, FaultProxy
 from tests.conftest import FAST_JOINS
+from tests.wire import WireClient, make_batch
 
 VALUES = [f"v-{number}" for number in range(20)]
 
@@ -115,3 +116,33 @@ def test_serve_aborted_hands_aborted_records_to_read_committed_readers(
     proxy.plan.broker_fault = "serve-aborted"
     assert _read(proxy.address) == ["aborted", "committed"]
     assert proxy.broker_faults.fetches_rewritten > 0
+
+
+@pytest.mark.timeout(60)
+def test_drop_acked_produce_forges_answers_to_produce_by_topic_id(proxied: tuple[FaultProxy, str]) -> None:
+    """Produce v13 names topics by id (KIP-516): the forged answer must too."""
+    proxy, direct = proxied
+    proxy.plan.broker_fault = "drop-acked-produce"
+    with WireClient(direct) as wire:
+        metadata = wire.request(
+            3,
+            12,
+            topics=[{"name": "t", "topic_id": None}],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        topic_id = metadata.topics[0].topic_id
+    with WireClient(proxy.address) as wire:
+        response = wire.request(
+            0,
+            13,
+            transactional_id=None,
+            acks=-1,
+            timeout=10_000,
+            topic_data=[
+                {"topic_id": topic_id, "partition_data": [{"index": 0, "records": make_batch([b"v"])}]}
+            ],
+        )
+    assert response.responses[0].topic_id == topic_id
+    assert response.responses[0].partition_responses[0].error_code == 0
+    assert proxy.broker_faults.produces_dropped == 1

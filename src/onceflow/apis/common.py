@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable
+import uuid
+from collections.abc import Awaitable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -55,6 +56,32 @@ CLUSTER_OPERATIONS = sum(
 )
 # What Kafka answers when the client did not ask for the operations.
 OPERATIONS_NOT_REQUESTED = -(2**31)
+
+
+def names_by_topic_id(request: Request, first_version_with_topic_ids: int) -> dict[uuid.UUID, str] | None:
+    """Every topic's name by its id when this request's version names topics by id (KIP-516),
+    else None."""
+    if request.api_version < first_version_with_topic_ids:
+        return None
+    return {info.topic_id: name for name, info in request.broker.logs.topics.items()}
+
+
+def leader_endpoints(
+    request: Request, partitions: Iterable[dict[str, Any]], errors: Collection[ErrorCode]
+) -> list[dict[str, Any]]:
+    """KIP-951: the endpoints of the current leaders named by partitions that answer one of
+    `errors`, so that the client goes to the new leader without a Metadata request first."""
+    leaders = {
+        partition["current_leader"]["leader_id"]
+        for partition in partitions
+        if partition["error_code"] in errors and "current_leader" in partition
+    }
+    known = [request.broker.endpoint]  # the brokers this one knows the address of
+    return [
+        {"node_id": endpoint.node_id, "host": endpoint.host, "port": endpoint.port, "rack": None}
+        for endpoint in known
+        if endpoint.node_id in leaders
+    ]
 
 
 def is_internal(topic: str) -> bool:

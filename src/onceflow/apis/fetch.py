@@ -5,6 +5,10 @@ in the range, which the client uses to drop their batches (docs/design.md#commit
 
 Fetch sessions (KIP-227) are declined: every answer carries session id 0, so
 clients keep sending full fetch requests, which Kafka allows.
+
+v13+ name topics by id (KIP-516). v15's replica state, v17's replica directory id and v18's
+follower high watermark matter only for followers' fetches; v16 adds the leaders' endpoints
+(KIP-951).
 """
 
 from __future__ import annotations
@@ -14,15 +18,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, leader_endpoints, names_by_topic_id
 from onceflow.log.batch import next_offset_after
 from onceflow.log.errors import LogError
 
 API_KEY = 1
 MIN_VERSION = 4
-MAX_VERSION = 12
+MAX_VERSION = 18
+
+FIRST_VERSION_WITH_TOPIC_IDS = 13
 
 READ_COMMITTED = 1
+# The errors whose partitions carry the current leader, with its endpoint in v16+ (KIP-951).
+_LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 
 
 def handle(request: Request) -> Any:
@@ -57,7 +65,14 @@ def _respond(request: Request, responses: list[dict[str, Any]]) -> Any:
         size = sum(len(partition["records"] or b"") for partition in topic["partitions"])
         if size:
             metrics.sent(topic["topic"], size)
-    return request.respond(throttle_time=0, error_code=ErrorCode.none, session_id=0, responses=responses)
+    partitions = (partition for topic in responses for partition in topic["partitions"])
+    return request.respond(
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=responses,
+        node_endpoints=leader_endpoints(request, partitions, _LEADER_MOVED),
+    )
 
 
 def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
@@ -65,26 +80,38 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
     broker = request.broker
     logs = broker.logs
     # A follower (cluster mode) reads what its leader has flushed, past the high watermark.
-    follower = getattr(body, "replica_id", -1) >= 0 and broker.cluster is not None
+    # From v15 its id is in the replica state.
+    replica_state = getattr(body, "replica_state", None)
+    replica_id = getattr(body, "replica_id", -1) if replica_state is None else replica_state.replica_id
+    follower = replica_id >= 0 and broker.cluster is not None
     read_committed = body.isolation_level == READ_COMMITTED and not follower
     # The broker's own cap bounds the memory one response takes, whatever the client asks for.
     budget = min(body.max_bytes, broker.config.get_int("fetch.max.bytes"))
     total = 0
     responses = []
+    names = names_by_topic_id(request, FIRST_VERSION_WITH_TOPIC_IDS)
     for topic in body.topics:
+        name = topic.topic if names is None else names.get(topic.topic_id)
+        topic_id = getattr(topic, "topic_id", None)
+        if name is None:
+            unknown = [
+                _partition_error(wanted.partition, ErrorCode.unknown_topic_id) for wanted in topic.partitions
+            ]
+            responses.append({"topic": None, "topic_id": topic_id, "partitions": unknown})
+            continue
         partitions = []
         for wanted in topic.partitions:
             # In a cluster only the partition's leader answers fetches.
-            if broker.leader_elsewhere(topic.topic, wanted.partition):
+            if broker.leader_elsewhere(name, wanted.partition):
                 partitions.append(_partition_error(wanted.partition, ErrorCode.not_leader_or_follower))
                 continue
-            log = logs.get(topic.topic, wanted.partition)
+            log = logs.get(name, wanted.partition)
             if log is None:
                 partitions.append(_partition_error(wanted.partition, ErrorCode.unknown_topic_or_partition))
                 continue
             if follower:
-                broker.follower_fetched(topic.topic, wanted.partition, body.replica_id, wanted.fetch_offset)
-            hw = broker.high_watermark(topic.topic, wanted.partition, log)
+                broker.follower_fetched(name, wanted.partition, replica_id, wanted.fetch_offset)
+            hw = broker.high_watermark(name, wanted.partition, log)
             lso = log.last_stable_offset(hw)
             limit = min(wanted.partition_max_bytes, budget)
             upto = log.flushed_offset if follower else lso if read_committed else hw
@@ -118,7 +145,7 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
                     "records": records,
                 }
             )
-        responses.append({"topic": topic.topic, "partitions": partitions})
+        responses.append({"topic": name, "topic_id": topic_id, "partitions": partitions})
     return responses, total
 
 

@@ -3,6 +3,11 @@
 Batches are stored as received: only the base offset is patched in place.
 acks=-1 answers after fsync (shared with concurrent requests), acks=1 after
 the append, acks=0 not at all.
+
+v10 adds the leaders' endpoints (KIP-951); v11 allows TRANSACTION_ABORTABLE, which this broker
+has no cause to answer; v12 lets a client with transaction version 2 (KIP-890) skip
+AddPartitionsToTxn, which no client may do here: the broker does not advertise that feature;
+v13 names topics by id (KIP-516).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal, once_durable
+from onceflow.apis.common import Request, is_internal, leader_endpoints, names_by_topic_id, once_durable
 from onceflow.broker.core import now_ms
 from onceflow.log.batch import CorruptRecordError, patch_partition_leader_epoch, validate_batches
 from onceflow.log.errors import LogError
@@ -19,7 +24,9 @@ from onceflow.log.log import PartitionLog
 
 API_KEY = 0
 MIN_VERSION = 3
-MAX_VERSION = 9
+MAX_VERSION = 13
+
+FIRST_VERSION_WITH_TOPIC_IDS = 13
 
 _VALID_ACKS = (-1, 0, 1)
 
@@ -29,26 +36,46 @@ def handle(request: Request) -> Any:
     acks = body.acks
     appended: list[PartitionLog] = []
     responses = []
+    answered: list[dict[str, Any]] = []
+    names = names_by_topic_id(request, FIRST_VERSION_WITH_TOPIC_IDS)
     for topic in body.topic_data:
+        name = topic.name if names is None else names.get(topic.topic_id)
         partitions = []
         for data in topic.partition_data:
-            result = _produce_partition(request, acks, topic.name, data.index, data.records, appended)
+            if name is None:
+                result = _error(ErrorCode.unknown_topic_id, f"no topic has the id {topic.topic_id}")
+            else:
+                result = _produce_partition(request, acks, name, data.index, data.records, appended)
             partitions.append({"index": data.index, **result})
-        responses.append({"name": topic.name, "partition_responses": partitions})
+        answered += partitions
+        responses.append(
+            {"name": name, "topic_id": getattr(topic, "topic_id", None), "partition_responses": partitions}
+        )
     if appended:
         request.broker.appended(appended)
     if acks == 0:
         return None
     if acks == -1 and appended and request.broker.cluster is not None:
-        return _once_replicated(request, appended, responses)
-    response = request.respond(responses=responses, throttle_time=0)
+        return _once_replicated(request, appended, responses, answered)
+    response = _respond(request, responses, answered)
     if acks == -1 and appended:
         return once_durable(request, appended, response)
     return response
 
 
+def _respond(request: Request, responses: list[dict[str, Any]], answered: list[dict[str, Any]]) -> Any:
+    return request.respond(
+        responses=responses,
+        throttle_time=0,
+        node_endpoints=leader_endpoints(request, answered, (ErrorCode.not_leader_or_follower,)),
+    )
+
+
 async def _once_replicated(
-    request: Request, appended: list[PartitionLog], responses: list[dict[str, Any]]
+    request: Request,
+    appended: list[PartitionLog],
+    responses: list[dict[str, Any]],
+    answered: list[dict[str, Any]],
 ) -> Any:
     """Cluster mode, acks=all: the answer once the high watermark (every ISR member) passed the
     appended batches; REQUEST_TIMED_OUT past the request's timeout, NOT_LEADER_OR_FOLLOWER if
@@ -75,7 +102,7 @@ async def _once_replicated(
                     else ErrorCode.not_leader_or_follower
                 )
                 partition.update(_error(code, "the in-sync replicas did not all copy the batch in time"))
-    return request.respond(responses=responses, throttle_time=0)
+    return _respond(request, responses, answered)
 
 
 def _produce_partition(

@@ -386,7 +386,9 @@ def _produce_success(version: int, body: Any) -> Any:
     """A Produce response that says every partition was stored, at an offset the broker never gave."""
     responses = [
         {
-            "name": topic.name,
+            # v13 names topics by id (KIP-516).
+            "name": getattr(topic, "name", None),
+            "topic_id": getattr(topic, "topic_id", None),
             "partition_responses": [
                 {"index": data.index, "error_code": 0, "base_offset": -1, "record_errors": []}
                 for data in topic.partition_data
