@@ -64,7 +64,7 @@ class Cluster:
                 for described in seen
             )
 
-        wait_until(led, timeout_s=20)
+        wait_until(led, timeout_s=60)
         return self.partition(next(iter(live)), topic, partition)
 
 
@@ -81,7 +81,7 @@ def start_cluster(directory: Path, settings: dict[str, str] | None = None) -> It
             with ThreadPoolExecutor(len(brokers)) as pool:
                 list(pool.map(BrokerProcess.start, brokers.values()))
             running = Cluster(zookeeper, brokers)
-            wait_until(lambda: len(running.metadata(BROKER_IDS[0]).brokers) == len(BROKER_IDS), timeout_s=20)
+            wait_until(lambda: len(running.metadata(BROKER_IDS[0]).brokers) == len(BROKER_IDS), timeout_s=60)
             yield running
         finally:
             for broker in brokers.values():
