@@ -22,9 +22,9 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# Three workers on two cores: many tests wait on clients and timers; Spark runs in two lanes.
+# Two workers: the Spark tests in turn on one (tests/conftest.py), everything else on the other.
 test: lint
-	$(PY) -m pytest -q -n 3
+	$(PY) -m pytest -q -n 2
 
 # Under two minutes: everything but the Spark, cluster, Chromium, PostgreSQL, ZooKeeper, soak and wheel lanes.
 QUICK := not (spark or cluster or chromium or postgres or zookeeper or soak or wheel)

@@ -18,16 +18,16 @@ from xdist.scheduler import LoadScopeScheduling
 from onceflow import EmbeddedBroker
 from tests.postgres import PostgresServer
 
-# `make test` runs on pytest-xdist workers. Two cores hold two Spark jobs at a time, not more, so
-# the Spark test files run in two lanes of about equal length (measured with `--durations`), each
-# lane in order on one worker, while the other workers take everything else.
+# `make test` runs on two pytest-xdist workers. The Spark test files run in one lane, in turn on
+# one worker: Spark's Python workers must connect back within 10 s, which two Spark jobs side by
+# side on two cores sometimes miss. The other worker takes everything else.
 SPARK_LANES = {
-    "tests/demo/test_demo.py": "spark-pipeline",
-    "tests/pipeline/test_crash.py": "spark-pipeline",
-    "tests/pipeline/test_booking_pairs.py": "spark-pipeline",
-    "tests/spark/test_data_source.py": "spark-data-source",
-    "tests/spark/test_kill_restart.py": "spark-data-source",
-    "tests/pipeline/test_standalone.py": "spark-data-source",
+    "tests/demo/test_demo.py": "spark",
+    "tests/pipeline/test_crash.py": "spark",
+    "tests/pipeline/test_booking_pairs.py": "spark",
+    "tests/pipeline/test_standalone.py": "spark",
+    "tests/spark/test_data_source.py": "spark",
+    "tests/spark/test_kill_restart.py": "spark",
 }
 
 
@@ -36,7 +36,7 @@ def spark_lane(nodeid: str) -> str | None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Scopes are the Spark lanes, and each other test alone. (pytest-xdist's own `loadgroup`
+    """Scopes are the Spark lane, and each other test alone. (pytest-xdist's own `loadgroup`
     does not group under pytest 9: it renames nodes, which pytest 9 ignores.)"""
 
     class SparkLaneScheduling(LoadScopeScheduling):
