@@ -27,8 +27,8 @@ def test_offsets_and_groups_survive_a_broker_crash(tmp_path: Path) -> None:
         admin = AdminClient(bootstrap)
         admin.create_topics([NewTopic(TOPIC, 3, 1)])[TOPIC].result(timeout=30)
         producer = Producer(bootstrap)
-        for number in range(90):
-            producer.produce(TOPIC, value=str(number))
+        for number in range(90):  # every partition gets records, so each has a committed offset
+            producer.produce(TOPIC, value=str(number), partition=number % 3)
         assert producer.flush(30) == 0
         consumer = Consumer(
             {
