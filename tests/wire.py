@@ -97,6 +97,49 @@ class WireClient:
         )
         return int(response.topics[0].partitions[0].offset)
 
+    def fetch(
+        self,
+        partitions: dict[Any, list[int]],
+        version: int = 12,
+        fetch_offset: int = 0,
+        isolation_level: int = 0,
+        replica_state: dict[str, Any] | None = None,
+        **partition_fields: Any,
+    ) -> Any:
+        """A Fetch that answers at once; `partitions` maps topic names (ids from v13) to partition numbers."""
+        topic_key = "topic_id" if version >= 13 else "topic"
+        return self.request(
+            1,
+            version,
+            replica_id=-1,
+            replica_state=replica_state or {},
+            max_wait=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            isolation_level=isolation_level,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                {
+                    topic_key: topic,
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": fetch_offset,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                            **partition_fields,
+                        }
+                        for partition in numbers
+                    ],
+                }
+                for topic, numbers in partitions.items()
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+
     def init_producer_id(self, transactional_id: str | None = None) -> Any:
         return self.request(
             22,

@@ -33,38 +33,13 @@ def _topic_id(wire: WireClient, topic: str) -> uuid.UUID:
     return topic_id
 
 
-def _fetch(wire: WireClient, version: int, topic_id: uuid.UUID, **partition: Any) -> Any:
-    replica_state = partition.pop("replica_state", {})
-    return wire.request(
-        1,
-        version,
-        replica_state=replica_state,
-        max_wait=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            {
-                "topic_id": topic_id,
-                "partitions": [
-                    {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, **partition}
-                ],
-            }
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
-
-
 def test_fetch_names_topics_by_id_from_v13(broker: EmbeddedBroker) -> None:
     with WireClient(broker.bootstrap_servers) as wire:
         wire.create_topic(TOPIC, 1)
         assert produce(wire, TOPIC, 0, make_batch([b"a", b"b"])).error_code == ErrorCode.none
         topic_id = _topic_id(wire, TOPIC)
         for version in range(13, 19):
-            response = _fetch(wire, version, topic_id)
+            response = wire.fetch({topic_id: [0]}, version)
             topic = response.responses[0]
             partition = topic.partitions[0]
             assert topic.topic_id == topic_id, version
@@ -74,14 +49,14 @@ def test_fetch_names_topics_by_id_from_v13(broker: EmbeddedBroker) -> None:
                 assert response.node_endpoints == ()  # no partition names another leader
 
         unknown = uuid.uuid4()
-        topic = _fetch(wire, 13, unknown).responses[0]
+        topic = wire.fetch({unknown: [0]}, 13).responses[0]
         assert topic.topic_id == unknown
         assert topic.partitions[0].error_code == ErrorCode.unknown_topic_id
         assert topic.partitions[0].records == b""
 
         # A follower's tagged fields (v15 replica state, v18 high watermark) decode and change
         # nothing for the answer.
-        response = _fetch(wire, 18, topic_id, high_watermark=1, replica_state={"replica_epoch": 4})
+        response = wire.fetch({topic_id: [0]}, 18, replica_state={"replica_epoch": 4}, high_watermark=1)
         assert response.responses[0].partitions[0].high_watermark == 2
 
 

@@ -53,35 +53,7 @@ def test_every_fetch_error_carries_empty_records(broker: EmbeddedBroker, version
     _create(broker.bootstrap_servers, "errors")
     wanted = {"errors": [0, 7], "no-such-topic": [0]}
     with WireClient(broker.bootstrap_servers) as wire:
-        response = wire.request(
-            1,
-            version,
-            replica_id=-1,
-            max_wait=0,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": 1000,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                        for partition in partitions
-                    ],
-                }
-                for topic, partitions in wanted.items()
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
+        response = wire.fetch(wanted, version, fetch_offset=1000)
     answers = {
         (topic.topic, partition.partition_index): (partition.error_code, partition.records)
         for topic in response.responses

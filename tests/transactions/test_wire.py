@@ -4,7 +4,6 @@ the LSO seen through ListOffsets and Fetch."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -43,27 +42,6 @@ def _end(client: WireClient, tid: str, pid: int, epoch: int, commit: bool, versi
 
 def _txn_batch(pid: int, epoch: int, sequence: int, value: bytes) -> bytes:
     return make_batch([value], pid, epoch, sequence, transactional=True)
-
-
-def _fetch_read_committed(client: WireClient) -> Any:
-    return client.request(
-        1,
-        12,
-        max_wait=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=1,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            {
-                "topic": TOPIC,
-                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
-            }
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
 
 
 def test_error_codes_for_wrong_ids_and_epochs_by_version(client: WireClient) -> None:
@@ -116,11 +94,11 @@ def test_the_lso_holds_read_committed_back_until_the_marker(client: WireClient) 
     assert produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"pending")).base_offset == 1
     assert client.list_offset(TOPIC, 0, isolation_level=1) == 1
     assert client.list_offset(TOPIC, 0, isolation_level=0) == 2
-    fetched = _fetch_read_committed(client)
+    fetched = client.fetch({TOPIC: [0]}, isolation_level=1)
     partition = fetched.responses[0].partitions[0]
     assert (partition.high_watermark, partition.last_stable_offset) == (2, 1)
     assert _end(client, "lso", pid, 0, commit=False) == ErrorCode.none
     assert client.list_offset(TOPIC, 0, isolation_level=1) == 3  # past the ABORT marker
-    fetched = _fetch_read_committed(client)
+    fetched = client.fetch({TOPIC: [0]}, isolation_level=1)
     aborted = fetched.responses[0].partitions[0].aborted_transactions
     assert [(entry.producer_id, entry.first_offset) for entry in aborted] == [(pid, 1)]
