@@ -177,7 +177,7 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_
     assert read == [b"before-%d" % index for index in range(5)] + [b"after-%d" % index for index in range(5)]
 
 
-def test_the_controller_fails_over_and_a_shrunk_isr_refuses_acks_all(cluster: Cluster) -> None:
+def test_the_controller_fails_over_and_elects_leaders(cluster: Cluster) -> None:
     create_topic(cluster, "ledger", 1, 3, **{"min.insync.replicas": "2"})
     controller = cluster.metadata(1).controller_id
     cluster.brokers[controller].kill()
@@ -190,17 +190,10 @@ def test_the_controller_fails_over_and_a_shrunk_isr_refuses_acks_all(cluster: Cl
 
     wait_until(new_controller, timeout_s=60)
     assert len({cluster.metadata(broker_id).controller_id for broker_id in survivors}) == 1
-
-    # Two of three in sync: acks=all is taken. One of three: NOT_ENOUGH_REPLICAS.
+    # Two of three in sync: acks=all is taken (one of three: tests/cluster_mode/test_scenarios.py).
     leader = cluster.wait_for_leader("ledger", not_on=controller).leader_id
     with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
         assert produce(client, "ledger", 0, make_batch([b"a"])).error_code == ErrorCode.none
-    cluster.brokers[next(broker_id for broker_id in survivors if broker_id != leader)].kill()
-    wait_until(lambda: len(cluster.partition(leader, "ledger").isr_nodes) == 1, timeout_s=60)
-    with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
-        refused = produce(client, "ledger", 0, make_batch([b"b"]))
-        assert refused.error_code == ErrorCode.not_enough_replicas
-        assert produce(client, "ledger", 0, make_batch([b"c"]), acks=1).error_code == ErrorCode.none
 
 
 def test_no_two_brokers_hand_out_the_same_producer_id(shared_cluster: Cluster) -> None:
