@@ -309,11 +309,15 @@ class Broker:
         partition_log = self.logs.get(topic, partition)
         if state is None or partition_log is None or replica_id not in view.topics[topic].replicas[partition]:
             return  # not the leader (any more), or not a replica of the partition
-        state.fetched(replica_id, fetch_offset, partition_log.log_end_offset, now_ms())
-        self._wake_replication()
-        self._wake_fetches()  # consumers waiting at the high watermark
-        isr = view.isr(topic, partition)
         key = (topic, partition)
+        moved = state.log_end.get(replica_id) != fetch_offset
+        before = self.high_watermark(topic, partition, partition_log)
+        state.fetched(replica_id, fetch_offset, partition_log.log_end_offset, now_ms())
+        # Only a moved high watermark wakes anyone: a long-polling follower re-reads (and so
+        # comes here) on every wake-up, and waking the others each time would make them spin.
+        if moved and self.high_watermark(topic, partition, partition_log) > before:
+            self._wake_fetches()  # consumers at the high watermark, and acks=all produces
+        isr = view.isr(topic, partition)
         if (
             replica_id not in isr
             and key not in self._isr_expansions

@@ -84,7 +84,7 @@ class ReplicaFetcher:
         appended: Callable[[str, int, PartitionLog, int], None],
     ) -> None:
         """`high_watermark` is the last one this broker learned; `appended(topic, partition,
-        log, high_watermark)` runs after every fetch."""
+        log, high_watermark)` runs after every fetch that brought records or a new high watermark."""
         self.broker_id = broker_id
         self.topic = topic
         self.partition = partition
@@ -134,8 +134,10 @@ class ReplicaFetcher:
             for header in headers:
                 self._append(header, records[position : position + header.size])
                 position += header.size
-            self.high_watermark = min(int(answer.high_watermark), self.log.log_end_offset)
-            self._appended(self.topic, self.partition, self.log, self.high_watermark)
+            high_watermark = min(int(answer.high_watermark), self.log.log_end_offset)
+            if headers or high_watermark != self.high_watermark:  # an empty long poll changes nothing
+                self.high_watermark = high_watermark
+                self._appended(self.topic, self.partition, self.log, high_watermark)
 
     async def _truncate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One round of KIP-279: ask where our latest epoch ends on the leader, and cut there."""
