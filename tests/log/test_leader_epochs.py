@@ -118,3 +118,14 @@ def test_truncating_to_the_log_start_empties_the_log(tmp_path: Path) -> None:
     assert (log.log_end_offset, read_all(log), log.leader_epochs) == (0, [], cache())
     assert append(log, make_batch(1)).base_offset == 0
     log.close()
+
+
+def test_a_producer_snapshot_captured_before_a_truncation_is_not_written(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, stamped(2, 1, sequence=0))
+    writer = log.producer_snapshot_writer()
+    assert writer is not None
+    log.truncate_to(0, now_ms=0)
+    writer()
+    assert list(tmp_path.glob("*.snapshot")) == []
+    log.close(flush=False)

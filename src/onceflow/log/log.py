@@ -136,7 +136,15 @@ class PartitionLog:
             return None
         self._last_snapshot_offset = offset
         data = self.producer_state.encode_snapshot()
-        return lambda: write_snapshot(self.directory, offset, data)
+        truncations = self._truncations
+
+        def write() -> None:
+            # A truncation since the capture took the state's end away: it would describe a
+            # log that no longer exists once the log grows past its offset again.
+            if truncations == self._truncations:
+                write_snapshot(self.directory, offset, data)
+
+        return write
 
     # -- writing ------------------------------------------------------------------------------
 
