@@ -181,3 +181,58 @@ def test_one_broker_of_three_refuses_acks_all_with_min_insync_2_and_takes_acks_1
 
 def _log_bytes(directory: Path) -> bytes:
     return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def test_an_unclean_election_truncates_what_only_the_old_leader_had_and_a_clean_one_waits_for_it(
+    quick_lag_cluster: Cluster,
+) -> None:
+    """The ISR shrinks to the leader alone (followers stopped), it takes writes and dies. Where
+    unclean election is allowed a stale follower leads, and the old leader cuts its extra records
+    when it returns; where not, the partition waits offline for it and loses nothing."""
+    cluster = quick_lag_cluster
+    with WireClient(cluster.brokers[3].bootstrap_servers) as client:
+        for name, unclean in [("risky", "true"), ("safe", "false")]:
+            created = client.request(
+                19,
+                7,
+                topics=[
+                    {
+                        "name": name,
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "assignments": [{"partition_index": 0, "broker_ids": [1, 2, 3]}],  # led by 1
+                        "configs": [{"name": "unclean.leader.election.enable", "value": unclean}],
+                    }
+                ],
+                timeout=20_000,
+                validate_only=False,
+            )
+            assert created.topics[0].error_code == ErrorCode.none
+    for topic in ("risky", "safe"):
+        assert cluster.wait_for_leader(topic).leader_id == 1
+        assert write(cluster, 1, topic, b"everywhere") == ErrorCode.none
+    with stopped(cluster, [2, 3]):
+        for topic in ("risky", "safe"):
+            wait_until(lambda topic=topic: cluster.partition(1, topic).isr_nodes == (1,), timeout_s=30)
+            for value in (b"only-on-1-a", b"only-on-1-b"):
+                assert write(cluster, 1, topic, value) == ErrorCode.none  # acks=all: the ISR is 1 alone
+        cluster.brokers[1].kill()
+
+    risky_leader = cluster.wait_for_leader("risky", not_on=1).leader_id
+    assert write(cluster, risky_leader, "risky", b"after") == ErrorCode.none
+    values = [value for _, value in fetch_log(cluster.brokers[risky_leader].bootstrap_servers, "risky")]
+    assert values == [b"everywhere", b"after"]  # two acknowledged records lost
+    safe = cluster.partition(risky_leader, "safe")
+    assert (safe.leader_id, safe.isr_nodes) == (-1, (1,))
+    assert write(cluster, risky_leader, "safe", b"refused", acks=1) == ErrorCode.not_leader_or_follower
+
+    wait_until(lambda: 1 not in [broker.node_id for broker in cluster.metadata(2).brokers], timeout_s=60)
+    cluster.brokers[1].start()
+    assert cluster.wait_for_leader("safe").leader_id == 1
+    safe_values = [value for _, value in fetch_log(cluster.brokers[1].bootstrap_servers, "safe")]
+    assert safe_values == [b"everywhere", b"only-on-1-a", b"only-on-1-b"]
+    wait_until(lambda: 1 in cluster.partition(risky_leader, "risky").isr_nodes, timeout_s=60)
+    old, new = (cluster.brokers[broker_id].data_dir / "risky-0" for broker_id in (1, risky_leader))
+    wait_until(lambda: _log_bytes(old) == _log_bytes(new), timeout_s=30)  # the extra records are cut
+    checkpoint = "leader-epoch-checkpoint"
+    assert (old / checkpoint).read_text() == (new / checkpoint).read_text()
