@@ -3,6 +3,7 @@ followers held back with SIGSTOP, leaders lost to SIGKILL."""
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import decode_records, validate_batches
+from tests.cli.commands import onceflow
 from tests.cluster_mode.conftest import BROKER_IDS, Cluster, start_cluster
 from tests.cluster_mode.test_zookeeper_cluster import create_topic
 from tests.conftest import wait_until
@@ -177,6 +179,14 @@ def test_one_broker_of_three_refuses_acks_all_with_min_insync_2_and_takes_acks_1
     wait_until(lambda: cluster.partition(leader, "ledger").isr_nodes == (leader,), timeout_s=60)
     assert write(cluster, leader, "ledger", b"all") == ErrorCode.not_enough_replicas
     assert write(cluster, leader, "ledger", b"one", acks=1) == ErrorCode.none
+
+    result = onceflow("cluster", "status", "--zookeeper", cluster.zookeeper.connect_string, "--json")
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert [broker["id"] for broker in status["brokers"]] == [leader]
+    assert {"topic": "ledger", "partition": 0, "leader": leader, "replicas": [1, 2, 3], "isr": [leader]} in [
+        {**row, "replicas": sorted(row["replicas"])} for row in status["under_replicated_partitions"]
+    ]
 
 
 def _log_bytes(directory: Path) -> bytes:
