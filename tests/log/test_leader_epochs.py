@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from onceflow.log.batch import patch_partition_leader_epoch
+from onceflow.log.batch import patch_partition_leader_epoch, validate_batches
 from onceflow.log.leader_epochs import (
     UNDEFINED_EPOCH,
     UNDEFINED_OFFSET,
@@ -15,6 +15,7 @@ from onceflow.log.leader_epochs import (
     Truncation,
     truncation_point,
 )
+from onceflow.log.log import AppendResult, PartitionLog
 from tests.log.batches import idempotent, make_batch
 from tests.log.helpers import append, open_log, read_all
 
@@ -28,6 +29,11 @@ def stamped(count: int, leader_epoch: int, sequence: int | None = None) -> bytea
     batch = make_batch(count) if sequence is None else idempotent(7, 0, sequence, count)
     patch_partition_leader_epoch(batch, 0, leader_epoch)
     return batch
+
+
+def replicate(log: PartitionLog, batch: bytearray) -> AppendResult:
+    """Append as a follower does: the batch's leader epoch goes in the cache."""
+    return log.append(batch, validate_batches(batch), 0, replicated=True)
 
 
 def test_the_end_offset_of_an_epoch_is_where_the_next_one_began() -> None:
@@ -85,11 +91,11 @@ def test_the_checkpoint_survives_and_a_bad_one_is_ignored(tmp_path: Path) -> Non
 
 def test_appending_stamped_batches_records_epochs_and_truncation_cuts_them(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_bytes=300)  # several segments
-    append(log, stamped(2, 1, sequence=0))  # offsets 0-1
+    replicate(log, stamped(2, 1, sequence=0))  # offsets 0-1
     for _ in range(3):
-        append(log, stamped(2, 1))  # 2-7
-    append(log, stamped(2, 2, sequence=2))  # 8-9
-    append(log, stamped(3, 2))  # 10-12
+        replicate(log, stamped(2, 1))  # 2-7
+    replicate(log, stamped(2, 2, sequence=2))  # 8-9
+    replicate(log, stamped(3, 2))  # 10-12
     log.assign_leader_epoch(5)  # a new leader at its log end
     assert log.leader_epochs == cache((1, 0), (2, 8), (5, 13))
     assert log.segment_count > 2
@@ -100,7 +106,7 @@ def test_appending_stamped_batches_records_epochs_and_truncation_cuts_them(tmp_p
     assert [header.last_offset for header in read_all(log)] == [1, 3, 5, 7]
     assert log.leader_epochs == cache((1, 0))
     # The producer's sequence 2 is gone with its batch: the same batch is new again, not a duplicate.
-    again = append(log, stamped(2, 6, sequence=2))
+    again = replicate(log, stamped(2, 6, sequence=2))
     assert (again.base_offset, again.duplicate) == (8, False)
     log.close()
 
@@ -113,7 +119,7 @@ def test_appending_stamped_batches_records_epochs_and_truncation_cuts_them(tmp_p
 
 def test_truncating_to_the_log_start_empties_the_log(tmp_path: Path) -> None:
     log = open_log(tmp_path)
-    append(log, stamped(3, 1))
+    replicate(log, stamped(3, 1))
     log.truncate_to(0, now_ms=0)
     assert (log.log_end_offset, read_all(log), log.leader_epochs) == (0, [], cache())
     assert append(log, make_batch(1)).base_offset == 0
@@ -129,3 +135,10 @@ def test_a_producer_snapshot_captured_before_a_truncation_is_not_written(tmp_pat
     writer()
     assert list(tmp_path.glob("*.snapshot")) == []
     log.close(flush=False)
+
+
+def test_a_clients_stamped_epoch_is_not_a_leader_epoch(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, stamped(1, 5))  # librdkafka stamps 0, others may stamp anything
+    assert log.leader_epochs == cache()
+    log.close()

@@ -148,9 +148,13 @@ class PartitionLog:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def append(self, records: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendResult:
+    def append(
+        self, records: bytearray, headers: list[BatchHeader], now_ms: int, replicated: bool = False
+    ) -> AppendResult:
         """Append CRC-validated batches (`headers` from `validate_batches(records)`),
-        assigning offsets by patching `records` in place. Nothing is written on error."""
+        assigning offsets by patching `records` in place. Nothing is written on error.
+        `replicated`: a follower's copy of its leader's batches, whose leader epochs go in the
+        cache (a leader starts its epoch itself; clients' batches carry whatever they like)."""
         if not headers:
             raise LogAppendError(ErrorCode.invalid_record, "no record batch to append")
         for header in headers:
@@ -201,7 +205,7 @@ class PartitionLog:
             ) from exc
         self.log_end_offset = offset
         for header, batch_offset in zip(headers, base_offsets, strict=True):
-            if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
+            if replicated and header.partition_leader_epoch > self.leader_epochs.latest_epoch:
                 self.assign_leader_epoch(header.partition_leader_epoch, batch_offset)
         position = 0
         for header, batch_offset in zip(headers, base_offsets, strict=True):
