@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -177,7 +180,7 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_
     assert read == [b"before-%d" % index for index in range(5)] + [b"after-%d" % index for index in range(5)]
 
 
-def test_the_controller_fails_over_and_a_shrunk_isr_refuses_acks_all(cluster: Cluster) -> None:
+def test_the_controller_fails_over_and_elects_leaders(cluster: Cluster) -> None:
     create_topic(cluster, "ledger", 1, 3, **{"min.insync.replicas": "2"})
     controller = cluster.metadata(1).controller_id
     cluster.brokers[controller].kill()
@@ -190,17 +193,10 @@ def test_the_controller_fails_over_and_a_shrunk_isr_refuses_acks_all(cluster: Cl
 
     wait_until(new_controller, timeout_s=60)
     assert len({cluster.metadata(broker_id).controller_id for broker_id in survivors}) == 1
-
-    # Two of three in sync: acks=all is taken. One of three: NOT_ENOUGH_REPLICAS.
+    # Two of three in sync: acks=all is taken (one of three: tests/cluster_mode/test_scenarios.py).
     leader = cluster.wait_for_leader("ledger", not_on=controller).leader_id
     with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
         assert produce(client, "ledger", 0, make_batch([b"a"])).error_code == ErrorCode.none
-    cluster.brokers[next(broker_id for broker_id in survivors if broker_id != leader)].kill()
-    wait_until(lambda: len(cluster.partition(leader, "ledger").isr_nodes) == 1, timeout_s=60)
-    with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
-        refused = produce(client, "ledger", 0, make_batch([b"b"]))
-        assert refused.error_code == ErrorCode.not_enough_replicas
-        assert produce(client, "ledger", 0, make_batch([b"c"]), acks=1).error_code == ErrorCode.none
 
 
 def test_no_two_brokers_hand_out_the_same_producer_id(shared_cluster: Cluster) -> None:
@@ -234,7 +230,7 @@ def test_a_leader_drops_a_silent_follower_from_the_isr_and_acks_all_goes_on(
         process.send_signal(signal.SIGCONT)
 
 
-def test_a_replica_that_comes_back_copies_its_leaders_log_and_rejoins_the_isr(cluster: Cluster) -> None:
+def test_a_replica_that_comes_back_catches_up_with_its_leader_and_rejoins_the_isr(cluster: Cluster) -> None:
     create_topic(cluster, "ledger", 1, 3, **{"min.insync.replicas": "2"})
     leader = cluster.wait_for_leader("ledger").leader_id
     returning = next(broker_id for broker_id in BROKER_IDS if broker_id != leader)
@@ -304,3 +300,27 @@ def test_unclean_election_only_where_the_topic_allows_it(cluster: Cluster) -> No
     assert risky.leader_epoch > before.leader_epoch
     safe = cluster.partition(3, "safe")
     assert (safe.error_code, safe.leader_id, safe.isr_nodes) == (ErrorCode.leader_not_available, -1, (1,))
+
+
+def test_idle_replica_fetchers_long_poll_instead_of_spinning(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    create_topic(cluster, "quiet", 3, 3)
+    for partition_index in range(3):  # every broker leads one partition and follows two
+        cluster.wait_for_leader("quiet", partition_index)
+    processes = {broker_id: broker.process for broker_id, broker in cluster.brokers.items()}
+
+    def cpu_s() -> dict[int, float]:
+        ticks = os.sysconf("SC_CLK_TCK")
+        used = {}
+        for broker_id, process in processes.items():
+            assert process is not None
+            fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            used[broker_id] = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        return used
+
+    started, before = time.monotonic(), cpu_s()
+    time.sleep(2)  # the measurement's window, not a wait for a condition
+    elapsed, after = time.monotonic() - started, cpu_s()
+    # Each follower asks once per 500 ms long poll: about 1% of a core (spinning took over 50%).
+    busy = {broker_id: (after[broker_id] - before[broker_id]) / elapsed for broker_id in processes}
+    assert all(share < 0.10 for share in busy.values()), busy

@@ -9,13 +9,13 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from onceflow.admin import groups, topics, transactions
+from onceflow.admin import cluster, groups, topics, transactions
 from onceflow.admin.client import parse_address
 from onceflow.admin.confluent import kafka_error_text
 from onceflow.admin.errors import AdminError
 from onceflow.admin.render import show
 
-COMMANDS = ("topics", "groups", "txn")
+COMMANDS = ("topics", "groups", "txn", "cluster")
 
 
 def _bootstrap(value: str) -> str:
@@ -39,6 +39,7 @@ def add_admin_commands(commands: argparse._SubParsersAction[Any]) -> None:
     topics.register(commands, common)
     groups.register(commands, common)
     transactions.register(commands, common)
+    cluster.register(commands)
 
 
 def run_admin_command(args: argparse.Namespace) -> int:

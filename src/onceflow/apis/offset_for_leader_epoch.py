@@ -1,9 +1,13 @@
-"""OffsetForLeaderEpoch (23): one broker, so every partition has leader epoch 0 forever.
+"""OffsetForLeaderEpoch (23): where a leader epoch ends in this broker's log (KIP-101/279).
 
-In a cluster the epoch is the partition's in ZooKeeper, checked as Kafka checks the client's
-current epoch. Batches do not carry epochs yet and logs are never truncated, so the end offset
-of any epoch up to the current one is the log end: clients are told to truncate nothing, which
-is the truth here.
+Followers ask it of their leader before fetching, to cut any suffix the leader does not have
+(`broker.replication`); clients ask it to detect truncation (KIP-320). The answer comes from the
+partition's leader-epoch cache: the largest epoch at or below the one asked and the offset where
+the next epoch began, or the log end for the latest. The client's current epoch is checked
+against the partition's in ZooKeeper, as Kafka checks it.
+
+One broker alone stamps no epochs and never truncates: every partition has leader epoch 0
+forever, and any epoch up to it ends at the log end, which tells clients to truncate nothing.
 """
 
 from __future__ import annotations
@@ -40,8 +44,13 @@ def handle(request: Request) -> Any:
             else:
                 code = ErrorCode.none
             entry: dict[str, Any] = {"partition": wanted.partition, "error_code": code}
-            if log is not None and code == ErrorCode.none and 0 <= wanted.leader_epoch <= current:
-                entry.update(leader_epoch=wanted.leader_epoch, end_offset=log.log_end_offset)
+            if log is not None and code == ErrorCode.none:
+                epochs = log.leader_epochs
+                if epochs.entries:
+                    epoch, end_offset = epochs.end_offset_for(wanted.leader_epoch, log.log_end_offset)
+                    entry.update(leader_epoch=epoch, end_offset=end_offset)
+                elif 0 <= wanted.leader_epoch <= current:
+                    entry.update(leader_epoch=wanted.leader_epoch, end_offset=log.log_end_offset)
             partitions.append(entry)
         topics.append({"topic": topic.topic, "partitions": partitions})
     return request.respond(throttle_time=0, topics=topics)

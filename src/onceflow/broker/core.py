@@ -134,7 +134,7 @@ class Broker:
         # Cluster mode: the partitions this broker leads, the ones it follows (with the leader and
         # epoch followed), the high watermarks it knows, and acks=all produces waiting on them.
         self._leading: dict[tuple[str, int], LeaderState] = {}
-        self._fetchers: dict[tuple[str, int], tuple[tuple[int, int, bool], asyncio.Task[None]]] = {}
+        self._fetchers: dict[tuple[str, int], tuple[tuple[int, int], asyncio.Task[None]]] = {}
         self._isr_expansions: dict[tuple[str, int], asyncio.Task[bool]] = {}  # under way
         self._high_watermarks: dict[tuple[str, int], int] = {}
         self._replication_waiters: set[asyncio.Future[None]] = set()
@@ -253,11 +253,11 @@ class Broker:
         self._wake_replication()
 
     def _take_roles(self, view: ClusterView) -> None:
-        """Lead what the view says this broker leads, and follow the rest. A replica outside
-        the ISR may hold records its leader does not (logs are never truncated), so it empties
-        its log and copies the leader's anew; the leader lets it back in once it caught up."""
+        """Lead what the view says this broker leads, and follow the rest. A new leader starts
+        its epoch at its log end (in the leader-epoch checkpoint), which is where followers
+        that hold more cut their logs (`broker.replication`)."""
         leading: dict[tuple[str, int], LeaderState] = {}
-        following: dict[tuple[str, int], tuple[int, int, bool]] = {}
+        following: dict[tuple[str, int], tuple[int, int]] = {}
         for topic, assignment in view.topics.items():
             for partition, replicas in enumerate(assignment.replicas):
                 state = view.states.get((topic, partition))
@@ -266,11 +266,14 @@ class Broker:
                 key = (topic, partition)
                 if state.leader == self.node_id:
                     current = self._leading.get(key)
+                    partition_log = self.logs.get(*key)
                     if current is None or current.leader_epoch != state.leader_epoch:
                         current = LeaderState(state.leader_epoch, now_ms())
+                        if partition_log is not None:
+                            partition_log.assign_leader_epoch(state.leader_epoch)
                     leading[key] = current
                 elif state.leader in view.brokers:
-                    following[key] = (state.leader, state.leader_epoch, self.node_id in state.isr)
+                    following[key] = (state.leader, state.leader_epoch)
         self._leading = leading
         for key, (followed, fetcher) in list(self._fetchers.items()):
             if following.get(key) != followed:
@@ -280,10 +283,7 @@ class Broker:
             partition_log = self.logs.get(*key)
             if key in self._fetchers or partition_log is None:
                 continue
-            leader_id, leader_epoch, in_sync = followed
-            if not in_sync and partition_log.log_end_offset > 0:
-                partition_log = self.logs.reset_partition(*key)
-                self._high_watermarks.pop(key, None)
+            leader_id, leader_epoch = followed
             leader = view.brokers[leader_id]
             replica_fetcher = ReplicaFetcher(
                 self.node_id,
@@ -309,11 +309,15 @@ class Broker:
         partition_log = self.logs.get(topic, partition)
         if state is None or partition_log is None or replica_id not in view.topics[topic].replicas[partition]:
             return  # not the leader (any more), or not a replica of the partition
-        state.fetched(replica_id, fetch_offset, partition_log.log_end_offset, now_ms())
-        self._wake_replication()
-        self._wake_fetches()  # consumers waiting at the high watermark
-        isr = view.isr(topic, partition)
         key = (topic, partition)
+        moved = state.log_end.get(replica_id) != fetch_offset
+        before = self.high_watermark(topic, partition, partition_log)
+        state.fetched(replica_id, fetch_offset, partition_log.log_end_offset, now_ms())
+        # Only a moved high watermark wakes anyone: a long-polling follower re-reads (and so
+        # comes here) on every wake-up, and waking the others each time would make them spin.
+        if moved and self.high_watermark(topic, partition, partition_log) > before:
+            self._wake_fetches()  # consumers at the high watermark, and acks=all produces
+        isr = view.isr(topic, partition)
         if (
             replica_id not in isr
             and key not in self._isr_expansions

@@ -5,12 +5,10 @@ batches exactly as the leader stored them, so both logs hold the same bytes at t
 offsets. The leader learns each follower's log end offset from the offset it fetches at; the
 high watermark is the lowest log end in the ISR.
 
-Logs are never truncated here (Kafka truncates a follower to its leader's log). So a follower
-that starts following a leader first checks, batch by batch, that its records past the high
-watermark it last learned are the leader's too; if one differs, or does not line up, it stops
-fetching that partition, and its leader drops it from the ISR once it has lagged for
-replica.lag.time.max.ms. A replica outside the ISR starts from an empty log instead (the broker
-empties it), and its leader takes it back into the ISR once it fetches at the high watermark.
+Before fetching from a new leader, the follower cuts any suffix the leader does not have
+(KIP-101/279): it asks the leader with OffsetForLeaderEpoch where its own latest leader epoch
+ends there, truncates to that point (`leader_epochs.truncation_point`), and asks again until
+the answer is an epoch both logs share.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import BatchHeader, CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
+from onceflow.log.leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET, truncation_point
 from onceflow.log.log import PartitionLog
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import decode_response, encode_request, request_type
@@ -35,6 +34,8 @@ log = logging.getLogger(__name__)
 
 FETCH = 1
 FETCH_VERSION = 12
+OFFSET_FOR_LEADER_EPOCH = 23
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 1024 * 1024
 RETRY_AFTER_S = 0.2
@@ -42,7 +43,7 @@ _INT32 = struct.Struct(">i")
 
 
 class Diverged(Exception):
-    """The follower's log is not a prefix of the leader's: it stops fetching."""
+    """The follower cannot line its log up with the leader's: it stops fetching."""
 
 
 @dataclass
@@ -69,7 +70,7 @@ class LeaderState:
 
 
 class ReplicaFetcher:
-    """Follows one partition's leader until cancelled, or until the logs diverge."""
+    """Follows one partition's leader until cancelled, or until the logs cannot line up."""
 
     def __init__(
         self,
@@ -83,7 +84,7 @@ class ReplicaFetcher:
         appended: Callable[[str, int, PartitionLog, int], None],
     ) -> None:
         """`high_watermark` is the last one this broker learned; `appended(topic, partition,
-        log, high_watermark)` runs after every fetch."""
+        log, high_watermark)` runs after every fetch that brought records or a new high watermark."""
         self.broker_id = broker_id
         self.topic = topic
         self.partition = partition
@@ -92,7 +93,7 @@ class ReplicaFetcher:
         self.leader_epoch = leader_epoch
         self.high_watermark = min(high_watermark, partition_log.log_end_offset)
         self._appended = appended
-        self._verified_to: int | None = None  # None until the log is checked against the leader's
+        self._truncated = False  # until the log is cut to a prefix of the leader's
         self._correlation_id = 0
 
     async def run(self) -> None:
@@ -114,8 +115,10 @@ class ReplicaFetcher:
             log.error("%s-%d stops following its leader: %s", self.topic, self.partition, diverged)
 
     async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while not self._truncated:
+            await self._truncate(reader, writer)
         while True:
-            offset = self._next_offset()
+            offset = self.log.log_end_offset
             answer = await self._fetch(reader, writer, offset)
             if answer.error_code != ErrorCode.none:
                 if answer.error_code == ErrorCode.offset_out_of_range:
@@ -129,55 +132,85 @@ class ReplicaFetcher:
                 raise ValueError(f"a corrupt batch from the leader: {error}") from error
             position = 0
             for header in headers:
-                batch = records[position : position + header.size]
+                self._append(header, records[position : position + header.size])
                 position += header.size
-                if self._verified_to is None:
-                    self._check(header, batch)
-                else:
-                    self._append(header, batch)
-            end = self.log.log_end_offset
-            if self._verified_to is None and headers and headers[-1].last_offset + 1 >= end:
-                self._verified_to = end  # every batch of ours was the leader's
-            self.high_watermark = min(int(answer.high_watermark), self.log.log_end_offset)
-            self._appended(self.topic, self.partition, self.log, self.high_watermark)
+            high_watermark = min(int(answer.high_watermark), self.log.log_end_offset)
+            if headers or high_watermark != self.high_watermark:  # an empty long poll changes nothing
+                self.high_watermark = high_watermark
+                self._appended(self.topic, self.partition, self.log, high_watermark)
 
-    def _next_offset(self) -> int:
-        if self._verified_to is not None:
-            return self.log.log_end_offset
-        if self.high_watermark >= self.log.log_end_offset:
-            self._verified_to = self.log.log_end_offset  # nothing past the high watermark to check
-            return self.log.log_end_offset
-        return self.high_watermark
-
-    def _check(self, header: BatchHeader, batch: bytes) -> None:
-        """One of the leader's batches against ours at the same offset, while ours last."""
+    async def _truncate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One round of KIP-279: ask where our latest epoch ends on the leader, and cut there."""
+        epochs = self.log.leader_epochs
+        leader_epoch, leader_end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epochs.latest_epoch != UNDEFINED_EPOCH:
+            answer = await self._offset_for_leader_epoch(reader, writer, epochs.latest_epoch)
+            if answer.error_code != ErrorCode.none:
+                await asyncio.sleep(RETRY_AFTER_S)  # the leader has not taken its role yet
+                return
+            leader_epoch, leader_end = answer.leader_epoch, int(answer.end_offset)
         end = self.log.log_end_offset
-        if header.base_offset >= end:
-            if header.base_offset != end:
-                raise Diverged(f"the leader's batch at {header.base_offset} skips past our end {end}")
-            self._verified_to = end
-            self._append(header, batch)
-            return
-        ours = self.log.read(header.base_offset, header.size, end)[: header.size]
-        if ours != batch:
-            raise Diverged(f"our batch at offset {header.base_offset} is not the leader's")
-        self.high_watermark = max(self.high_watermark, header.last_offset + 1)
+        point = truncation_point(epochs, end, self.high_watermark, leader_epoch, leader_end)
+        if point.offset < end:
+            log.warning(
+                "%s-%d: truncating to %d (was %d): the leader's epoch %d ends at %d",
+                self.topic,
+                self.partition,
+                point.offset,
+                end,
+                leader_epoch,
+                leader_end,
+            )
+            try:
+                self.log.truncate_to(point.offset, int(time.time() * 1000))
+            except ValueError as error:
+                raise Diverged(str(error)) from error
+            self.high_watermark = min(self.high_watermark, point.offset)
+        self._truncated = point.complete
 
     def _append(self, header: BatchHeader, batch: bytes) -> None:
         if header.base_offset != self.log.log_end_offset:
             end = self.log.log_end_offset
             raise Diverged(f"the leader's batch at {header.base_offset} is not at our end {end}")
         try:
-            result = self.log.append(bytearray(batch), [header], int(time.time() * 1000))
+            result = self.log.append(bytearray(batch), [header], int(time.time() * 1000), replicated=True)
         except LogError as error:
             raise Diverged(f"appending the leader's batch failed: {error}") from error
         if result.duplicate or result.base_offset != header.base_offset:
             raise Diverged(f"the leader's batch at {header.base_offset} was not appended as it is")
 
+    async def _offset_for_leader_epoch(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, epoch: int
+    ) -> Any:
+        answer = await self._request(
+            reader,
+            writer,
+            OFFSET_FOR_LEADER_EPOCH,
+            OFFSET_FOR_LEADER_EPOCH_VERSION,
+            {
+                "replica_id": self.broker_id,
+                "topics": [
+                    {
+                        "topic": self.topic,
+                        "partitions": [
+                            {
+                                "partition": self.partition,
+                                "current_leader_epoch": self.leader_epoch,
+                                "leader_epoch": epoch,
+                            }
+                        ],
+                    }
+                ],
+            },
+        )
+        return answer.topics[0].partitions[0]
+
     async def _fetch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, offset: int) -> Any:
-        self._correlation_id += 1
-        body = build(
-            request_type(FETCH, FETCH_VERSION),
+        answer = await self._request(
+            reader,
+            writer,
+            FETCH,
+            FETCH_VERSION,
             {
                 "replica_id": self.broker_id,
                 "max_wait": FETCH_MAX_WAIT_MS,
@@ -205,17 +238,29 @@ class ReplicaFetcher:
                 "rack_id": "",
             },
         )
+        return answer.responses[0].partitions[0]
+
+    async def _request(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        api_key: int,
+        version: int,
+        fields: dict[str, Any],
+    ) -> Any:
+        self._correlation_id += 1
+        body = build(request_type(api_key, version), fields)
         header = build(
             body.__header_schema__,
-            request_api_key=FETCH,
-            request_api_version=FETCH_VERSION,
+            request_api_key=api_key,
+            request_api_version=version,
             correlation_id=self._correlation_id,
             client_id=f"onceflow-replica-{self.broker_id}",
         )
         writer.write(encode_request(header, body))
         await writer.drain()
         size = _INT32.unpack(await reader.readexactly(4))[0]
-        correlation_id, response = decode_response(FETCH, FETCH_VERSION, await reader.readexactly(size))
+        correlation_id, response = decode_response(api_key, version, await reader.readexactly(size))
         if correlation_id != self._correlation_id:
             raise ValueError(f"answer {correlation_id} to request {self._correlation_id}")
-        return response.responses[0].partitions[0]
+        return response

@@ -201,49 +201,7 @@ class ZooKeeperCluster:
         return view, self._act_as_controller(view)
 
     def _read(self) -> ClusterView:
-        client, watch = self._client, self._mark_changed
-        brokers = {}
-        for child in client.get_children(BROKER_IDS, watch=watch):
-            try:
-                broker_id = int(child)
-                data, _ = client.get(broker_path(broker_id))
-                brokers[broker_id] = BrokerRegistration.decode(broker_id, data)
-            except NoNodeError:
-                continue  # gone since the listing
-            except ValueError as error:
-                log.error("ignoring broker znode %s: %s", child, error)
-        controller_id, controller_epoch = self._controller_znodes()
-        topics: dict[str, TopicAssignment] = {}
-        configs: dict[str, Mapping[str, str]] = {}
-        states: dict[tuple[str, int], PartitionState] = {}
-        versions: dict[tuple[str, int], int] = {}
-        for topic in client.get_children(TOPICS, watch=watch):
-            try:
-                topics[topic] = TopicAssignment.decode(client.get(topic_path(topic))[0])
-                configs[topic] = _topic_config(client, topic)
-            except NoNodeError:
-                continue
-            except ValueError as error:
-                log.error("ignoring topic znode %s: %s", topic, error)
-                continue
-            for partition in range(len(topics[topic].replicas)):
-                path = partition_state_path(topic, partition)
-                try:
-                    data, stat = client.get(path, watch=watch)
-                except NoNodeError:
-                    # Watch for the controller to create it; if it just did, read it after all.
-                    if client.exists(path, watch=watch) is None:
-                        continue
-                    try:
-                        data, stat = client.get(path, watch=watch)
-                    except NoNodeError:
-                        continue
-                try:
-                    states[topic, partition] = PartitionState.decode(data)
-                    versions[topic, partition] = stat.version
-                except ValueError as error:
-                    log.error("ignoring partition state %s: %s", path, error)
-        return ClusterView(brokers, controller_id, controller_epoch, topics, states, configs, versions)
+        return read_view(self._client, self._mark_changed, self._controller_znodes)
 
     def _controller_znodes(self) -> tuple[int, int]:
         """The controller's id and epoch; when there is none, try to become it (an ephemeral
@@ -429,3 +387,81 @@ def _topic_config(client: KazooClient, topic: str) -> dict[str, str]:
         return decode_topic_config(client.get(topic_config_path(topic))[0])
     except NoNodeError:
         return {}
+
+
+def read_view(
+    client: KazooClient, watch: Callable[[Any], None] | None, controller: Callable[[], tuple[int, int]]
+) -> ClusterView:
+    """Every znode of the cluster, setting `watch` on what can change; `controller()` gives the
+    controller's id and epoch (a broker races to become it when there is none)."""
+    brokers = {}
+    for child in client.get_children(BROKER_IDS, watch=watch):
+        try:
+            broker_id = int(child)
+            data, _ = client.get(broker_path(broker_id))
+            brokers[broker_id] = BrokerRegistration.decode(broker_id, data)
+        except NoNodeError:
+            continue  # gone since the listing
+        except ValueError as error:
+            log.error("ignoring broker znode %s: %s", child, error)
+    controller_id, controller_epoch = controller()
+    topics: dict[str, TopicAssignment] = {}
+    configs: dict[str, Mapping[str, str]] = {}
+    states: dict[tuple[str, int], PartitionState] = {}
+    versions: dict[tuple[str, int], int] = {}
+    for topic in client.get_children(TOPICS, watch=watch):
+        try:
+            topics[topic] = TopicAssignment.decode(client.get(topic_path(topic))[0])
+            configs[topic] = _topic_config(client, topic)
+        except NoNodeError:
+            continue
+        except ValueError as error:
+            log.error("ignoring topic znode %s: %s", topic, error)
+            continue
+        for partition in range(len(topics[topic].replicas)):
+            path = partition_state_path(topic, partition)
+            try:
+                data, stat = client.get(path, watch=watch)
+            except NoNodeError:
+                # Watch for the controller to create it; if it just did, read it after all.
+                if client.exists(path, watch=watch) is None:
+                    continue
+                try:
+                    data, stat = client.get(path, watch=watch)
+                except NoNodeError:
+                    continue
+            try:
+                states[topic, partition] = PartitionState.decode(data)
+                versions[topic, partition] = stat.version
+            except ValueError as error:
+                log.error("ignoring partition state %s: %s", path, error)
+    return ClusterView(brokers, controller_id, controller_epoch, topics, states, configs, versions)
+
+
+def read_cluster(connect: str, timeout_s: float) -> ClusterView:
+    """One read of a cluster's znodes from outside it (`onceflow cluster status`): no watches,
+    no registration, and no race for the controller."""
+    client = KazooClient(hosts=connect, timeout=timeout_s, read_only=True)
+    try:
+        client.start(timeout_s)
+        return read_view(client, None, lambda: _read_controller(client))
+    except KazooTimeoutError as error:
+        raise ClusterError(f"cannot reach ZooKeeper at {connect}") from error
+    except NoNodeError as error:
+        raise ClusterError(f"no onceflow cluster in ZooKeeper at {connect}") from error
+    finally:
+        client.stop()
+        client.close()
+
+
+def _read_controller(client: KazooClient) -> tuple[int, int]:
+    try:
+        controller_id = decode_controller(client.get(CONTROLLER)[0])
+    except NoNodeError:
+        return NO_LEADER, 0
+    except ValueError as error:
+        raise ClusterError(f"bad {CONTROLLER} znode: {error}") from error
+    try:
+        return controller_id, int(client.get(CONTROLLER_EPOCH)[0])
+    except NoNodeError:
+        return controller_id, 0

@@ -20,6 +20,7 @@ from onceflow.log.batch import BatchHeader, control_batch_is_commit, decode_reco
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogReadError
 from onceflow.log.files import fsync_directory, write_atomically
+from onceflow.log.leader_epochs import LeaderEpochCheckpoint
 from onceflow.log.producer_state import CompletedTransaction, ProducerStateManager, write_snapshot
 from onceflow.log.segment import (
     INDEX_SUFFIX,
@@ -72,6 +73,12 @@ class PartitionLog:
         # New segment files need a directory fsync before their data counts as durable.
         self._segments_created = 0
         self._segments_created_synced = 0
+        # Bumped by each truncation: a flush that began before one does not move flushed_offset.
+        self._truncations = 0
+        self._epoch_checkpoint = LeaderEpochCheckpoint(directory)
+        self.leader_epochs = self._epoch_checkpoint.read()
+        if self.leader_epochs.truncate_from_end(self.log_end_offset):
+            self._epoch_checkpoint.write(self.leader_epochs)  # epochs of a suffix lost in a crash
         # The log cleaner's bookkeeping (in memory: after a restart everything counts as dirty).
         self.cleaning = False
         self.first_dirty_offset = self.log_start_offset
@@ -129,13 +136,25 @@ class PartitionLog:
             return None
         self._last_snapshot_offset = offset
         data = self.producer_state.encode_snapshot()
-        return lambda: write_snapshot(self.directory, offset, data)
+        truncations = self._truncations
+
+        def write() -> None:
+            # A truncation since the capture took the state's end away: it would describe a
+            # log that no longer exists once the log grows past its offset again.
+            if truncations == self._truncations:
+                write_snapshot(self.directory, offset, data)
+
+        return write
 
     # -- writing ------------------------------------------------------------------------------
 
-    def append(self, records: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendResult:
+    def append(
+        self, records: bytearray, headers: list[BatchHeader], now_ms: int, replicated: bool = False
+    ) -> AppendResult:
         """Append CRC-validated batches (`headers` from `validate_batches(records)`),
-        assigning offsets by patching `records` in place. Nothing is written on error."""
+        assigning offsets by patching `records` in place. Nothing is written on error.
+        `replicated`: a follower's copy of its leader's batches, whose leader epochs go in the
+        cache (a leader starts its epoch itself; clients' batches carry whatever they like)."""
         if not headers:
             raise LogAppendError(ErrorCode.invalid_record, "no record batch to append")
         for header in headers:
@@ -185,6 +204,9 @@ class PartitionLog:
                 ErrorCode.kafka_storage_error, f"{active.log_path}: write failed: {exc}"
             ) from exc
         self.log_end_offset = offset
+        for header, batch_offset in zip(headers, base_offsets, strict=True):
+            if replicated and header.partition_leader_epoch > self.leader_epochs.latest_epoch:
+                self.assign_leader_epoch(header.partition_leader_epoch, batch_offset)
         position = 0
         for header, batch_offset in zip(headers, base_offsets, strict=True):
             completed = self.producer_state.update(header, batch_offset, now_ms)
@@ -192,6 +214,43 @@ class PartitionLog:
                 self._record_completion(completed, records[position : position + header.size])
             position += header.size
         return AppendResult(base_offset, last_offset)
+
+    def assign_leader_epoch(self, epoch: int, start_offset: int | None = None) -> None:
+        """`epoch` begins at `start_offset` (a new leader: at its log end), checkpointed."""
+        start = self.log_end_offset if start_offset is None else start_offset
+        if self.leader_epochs.assign(epoch, start):
+            self._epoch_checkpoint.write(self.leader_epochs)
+
+    def truncate_to(self, offset: int, now_ms: int) -> None:
+        """Drop every batch at or after `offset` (a batch boundary at or above the log start
+        offset): a follower's divergent suffix. The producer state is rebuilt from the newest
+        snapshot at or below `offset`, as when the log is opened."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            raise ValueError(f"cannot truncate to {offset}, below the log start {self.log_start_offset}")
+        keep = max(bisect_right(self._segments, offset - 1, key=_base_offset), 1)
+        doomed, self._segments = self._segments[keep:], self._segments[:keep]
+        for segment in doomed:
+            segment.delete_files()
+            self._close_when_unused(segment)
+        if doomed:
+            fsync_directory(self.directory)
+        self._segments[-1].truncate_to(offset, self.config.index_interval_bytes)
+        with self._lock:
+            self._truncations += 1
+            self.log_end_offset = self._segments[-1].next_offset
+            self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
+        if self.leader_epochs.truncate_from_end(self.log_end_offset):
+            self._epoch_checkpoint.write(self.leader_epochs)
+        self._aborted = [entry for entry in self._aborted if entry.last_offset < self.log_end_offset]
+        self.first_dirty_offset = min(self.first_dirty_offset, self.log_end_offset)
+        self.producer_state = ProducerStateManager()
+        snapshot_offset = self.producer_state.load_latest_snapshot(self.directory, offset)
+        replay_from = max(snapshot_offset, self.log_start_offset)
+        self._last_snapshot_offset = replay_from
+        for header in self._headers_from(replay_from):
+            self.producer_state.update(header, header.base_offset, now_ms)
 
     def _check_keys(self, records: bytearray, headers: list[BatchHeader]) -> None:
         """A compacted topic keeps the last record per key, so every record needs one (Kafka's
@@ -357,6 +416,7 @@ class PartitionLog:
         try:
             # Capture the end before the segments: every batch below it is then in one of them.
             end = self.log_end_offset
+            truncations = self._truncations
             segments_created = self._segments_created
             segments = self._segments
             for segment in segments:
@@ -367,7 +427,8 @@ class PartitionLog:
                 fsync_directory(self.directory)
             with self._lock:
                 self._segments_created_synced = max(self._segments_created_synced, segments_created)
-                self.flushed_offset = max(self.flushed_offset, end)
+                if truncations == self._truncations:
+                    self.flushed_offset = max(self.flushed_offset, end)
                 return self.flushed_offset
         finally:
             self.unpin_segments()

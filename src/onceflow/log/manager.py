@@ -136,13 +136,6 @@ class LogManager:
             log.close(flush=False)
             _remove_dir(log.directory)
 
-    def reset_partition(self, name: str, partition: int) -> PartitionLog:
-        """An empty log in place of the partition's: a replica that copies its leader's log anew."""
-        self._logs.pop((name, partition)).close(flush=False)
-        _remove_dir(self._partition_dir(name, partition))
-        self._open_new_partitions(name, range(partition, partition + 1), self.topic_config(name))
-        return self._logs[name, partition]
-
     def validate_new_partition_count(self, name: str, new_total: int) -> TopicInfo:
         """Raise what `create_partitions` would raise; return the topic as it is now."""
         info = self.topics.get(name)

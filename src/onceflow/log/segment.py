@@ -380,6 +380,20 @@ class LogSegment:
             os.ftruncate(self._fd, end)
         return file_size - end
 
+    def truncate_to(self, offset: int, index_interval_bytes: int) -> None:
+        """Cut the file before the first batch at or after `offset`, and its indexes with it."""
+        entry = self.index.lookup(offset)
+        start = entry[1] if entry else 0
+        position = next(
+            (position for position, header in self._scan(start, self.size) if header.base_offset >= offset),
+            self.size,
+        )
+        os.ftruncate(self._fd, position)
+        self._rescan(start, position, False, index_interval_bytes)
+        self.synced_size = min(self.synced_size, position)
+        self.indexes_synced = False
+        self.txn_index.truncate_to(offset)
+
     def _rescan(self, start: int, file_size: int, verify: bool, index_interval_bytes: int) -> int:
         """Forget what is known past `start` (an indexed position or 0), then walk the
         batches from there, re-adding index entries. Returns where the valid batches end."""

@@ -1,0 +1,95 @@
+"""`onceflow cluster status`: a cluster's brokers, controller, and under-replicated and offline
+partitions, read from its ZooKeeper (where Kafka's own tools of the ZooKeeper era looked too)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from onceflow.admin.errors import AdminError
+from onceflow.admin.render import Column, Report, Table
+from onceflow.cluster.errors import ClusterError
+from onceflow.cluster.status import ClusterStatus, PartitionHealth, cluster_status
+from onceflow.cluster.znodes import NO_LEADER
+from onceflow.extras import MissingExtraError, require
+
+
+def register(commands: argparse._SubParsersAction[Any]) -> None:
+    cluster = commands.add_parser("cluster", help="a ZooKeeper-coordinated cluster of brokers")
+    actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    status = actions.add_parser(
+        "status", help="brokers, the controller, under-replicated and offline partitions"
+    )
+    status.add_argument(
+        "--zookeeper", required=True, metavar="HOST:PORT", help="the cluster's ZooKeeper (zookeeper.connect)"
+    )
+    status.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    status.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help="how long to wait for ZooKeeper"
+    )
+    status.set_defaults(run=show_status)
+
+
+def show_status(args: argparse.Namespace) -> Report:
+    try:
+        require("onceflow cluster status", "kazoo", "cluster", ("kazoo",))
+    except MissingExtraError as error:
+        raise AdminError(str(error)) from error
+    from onceflow.cluster.zk import read_cluster  # kazoo, only when asked
+
+    try:
+        status = cluster_status(read_cluster(args.zookeeper, args.timeout))
+    except ClusterError as error:
+        raise AdminError(str(error)) from error
+    return status_report(status)
+
+
+def status_report(status: ClusterStatus) -> Report:
+    controller = None if status.controller_id == NO_LEADER else status.controller_id
+    brokers = [
+        {"id": broker_id, "host": host, "port": port, "controller": broker_id == controller}
+        for broker_id, host, port in status.brokers
+    ]
+    under_replicated = [_partition(health) for health in status.under_replicated]
+    offline = [_partition(health) for health in status.offline]
+    data = {
+        "brokers": brokers,
+        "controller": controller,
+        "controller_epoch": status.controller_epoch,
+        "under_replicated_partitions": under_replicated,
+        "offline_partitions": offline,
+    }
+    broker_columns = (
+        Column("id", "broker", justify="right"),
+        Column("host", "host"),
+        Column("port", "port", justify="right"),
+        Column("controller", "controller"),
+    )
+    partition_columns = (
+        Column("topic", "topic"),
+        Column("partition", "partition", justify="right"),
+        Column("leader", "leader", justify="right"),
+        Column("replicas", "replicas"),
+        Column("isr", "isr"),
+    )
+    note = "controller: none" if controller is None else f"controller: broker {controller}"
+    note += f" (controller epoch {status.controller_epoch})"
+    return Report(
+        data,
+        [
+            Table(broker_columns, brokers, title="brokers", empty="no live broker"),
+            Table(partition_columns, under_replicated, title="under-replicated partitions"),
+            Table(partition_columns, offline, title="offline partitions"),
+        ],
+        [note],
+    )
+
+
+def _partition(health: PartitionHealth) -> dict[str, Any]:
+    return {
+        "topic": health.topic,
+        "partition": health.partition,
+        "leader": None if health.leader == NO_LEADER else health.leader,
+        "replicas": list(health.replicas),
+        "isr": list(health.isr),
+    }

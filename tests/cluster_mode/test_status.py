@@ -1,0 +1,66 @@
+"""`onceflow cluster status`: what it makes of a view (no ZooKeeper), and the command itself
+against a live cluster's ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from onceflow.admin.cluster import status_report
+from onceflow.cluster.status import PartitionHealth, cluster_status
+from onceflow.cluster.view import ClusterView
+from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration, PartitionState, TopicAssignment
+from tests.cli.commands import onceflow
+from tests.cluster_mode.conftest import BROKER_IDS, Cluster
+from tests.cluster_mode.test_zookeeper_cluster import create_topic
+from tests.zookeeper import free_port
+
+
+def test_partitions_without_a_live_leader_are_offline_and_short_isrs_under_replicated() -> None:
+    live = (2, 1)
+    view = ClusterView(
+        brokers={node: BrokerRegistration(node, "127.0.0.1", 9090 + node) for node in live},
+        controller_id=2,
+        controller_epoch=5,
+        topics={"t": TopicAssignment(uuid.uuid4(), ((1, 2, 3), (2, 3, 1), (3, 1, 2), (1, 2, 3)))},
+        states={
+            ("t", 0): PartitionState(1, 0, (1, 2, 3), 5),  # healthy
+            ("t", 1): PartitionState(2, 1, (2, 1), 5),  # under-replicated
+            ("t", 2): PartitionState(3, 0, (3,), 5),  # its leader's broker is gone: offline
+            # partition 3 has no state yet: offline
+        },
+    )
+    status = cluster_status(view)
+    assert status.brokers == ((1, "127.0.0.1", 9091), (2, "127.0.0.1", 9092))
+    assert (status.controller_id, status.controller_epoch) == (2, 5)
+    assert status.under_replicated == (PartitionHealth("t", 1, 2, (2, 3, 1), (2, 1)),)
+    assert status.offline == (
+        PartitionHealth("t", 2, NO_LEADER, (3, 1, 2), (3,)),
+        PartitionHealth("t", 3, NO_LEADER, (1, 2, 3), ()),
+    )
+    report = status_report(status)
+    assert report.data["controller"] == 2
+    assert [row["leader"] for row in report.data["offline_partitions"]] == [None, None]
+
+
+@pytest.mark.zookeeper
+def test_the_command_reads_the_clusters_zookeeper(shared_cluster: Cluster) -> None:
+    create_topic(shared_cluster, "watched", 2, 3)
+    for partition in range(2):
+        shared_cluster.wait_for_leader("watched", partition)
+    result = onceflow("cluster", "status", "--zookeeper", shared_cluster.zookeeper.connect_string, "--json")
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert [broker["id"] for broker in status["brokers"]] == list(BROKER_IDS)
+    assert status["controller"] in BROKER_IDS
+    assert [row["topic"] for row in status["offline_partitions"]].count("watched") == 0
+    tables = onceflow("cluster", "status", "--zookeeper", shared_cluster.zookeeper.connect_string)
+    assert tables.returncode == 0 and "controller: broker" in tables.stdout
+
+
+def test_an_unreachable_zookeeper_is_an_error_not_a_crash() -> None:
+    result = onceflow("cluster", "status", "--zookeeper", f"127.0.0.1:{free_port()}", "--timeout", "1")
+    assert result.returncode == 1
+    assert "cannot reach ZooKeeper" in result.stderr
