@@ -175,6 +175,7 @@ td.bad {{ color: #d62728; font-weight: bold; }}
 td.untested {{ color: #b8860b; font-style: italic; }}
 td.good {{ color: #2ca02c; }}
 tr.touches td {{ background: #fff3cd; }}
+table.history td:nth-child(-n+2) {{ white-space: nowrap; }}
 svg {{ display: block; margin: 0.5em 0; overflow: hidden; }}
 svg text {{ font-family: sans-serif; font-size: {FONT_PX}px; fill: #222; }}
 p.explain {{ max-width: 60em; }}
@@ -517,6 +518,7 @@ def _history_table(anomaly: Mapping[str, Any]) -> str:
     values = ", ".join(anomaly["values"])
     return (
         f"<p>History around {html.escape(values)} (highlighted: the operations that touch it):</p>"
-        f"<table><tr>{_cells(['time', 'process', 'operation'], header=True, text_columns=3)}</tr>"
+        "<table class=history>"
+        f"<tr>{_cells(['time', 'process', 'operation'], header=True, text_columns=3)}</tr>"
         f"{rows}</table>"
     )
