@@ -26,7 +26,7 @@ Run = Mapping[str, Any]
 COUNTS = ("produced", "acknowledged", "delivered", "lost", "duplicated", "aborted_reads")
 SERIES = (("lost", "#d62728"), ("duplicated", "#ff7f0e"), ("aborted_reads", "#9467bd"))
 SHOWN_ANOMALIES = 20
-SHOWN_CONTEXTS = 3  # anomalies per run shown with their history operations
+HISTORIES_PER_KIND = 3  # anomalies of each kind shown with their history operations
 NOT_TESTED = "not tested"
 NOT_TESTED_NOTE = "n/t: not tested (the run never created the anomaly's preconditions)"
 HEADERS = {
@@ -436,8 +436,7 @@ def _rate_chart(number: int, timeline: Mapping[str, Any]) -> str:
     for y0, heading in ((top, "messages per second"), (top + plot_h + gap, "ack latency (ms)")):
         parts += _fault_bands(timeline, left, y0, plot_h)
         parts.append(f'<text x="{left}" y="{y0 - 8}">{heading}</text>')
-        parts += _x_axis(duration, left, y0 + plot_h)[:1]
-    parts += _x_axis(duration, left, top + 2 * plot_h + gap)[1:]
+        parts += _x_axis(duration, left, y0 + plot_h)
 
     def line(values: list[float | None], y0: float, peak: float, color: str, name: str, row: int) -> None:
         points = [
@@ -496,7 +495,7 @@ def _anomalies(run: Run) -> str:
         more = len(found) - SHOWN_ANOMALIES
         tail = f"<li>... and {more} more</li>" if more > 0 else ""
         parts.append(f"<ul>{items}{tail}</ul>")
-        for anomaly in [anomaly for anomaly in found if anomaly.get("history")][:SHOWN_CONTEXTS]:
+        for anomaly in [anomaly for anomaly in found if anomaly.get("history")][:HISTORIES_PER_KIND]:
             parts.append(_history_table(anomaly))
     return "\n".join(parts)
 
