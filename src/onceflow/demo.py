@@ -40,14 +40,16 @@ from onceflow.pipeline.settings import AT_LEAST_ONCE, EXACTLY_ONCE, PipelineSett
 
 LAB_FAULTS = ("lost-acks", "producer-crash", "consumer-crash")
 PIPELINE_FAULTS = ("spark-driver-kill",)
-# The short matrix: cells whose run puts a promise to the test on every run (see the README's full
-# matrix), about a minute on two cores. Lost acks against the guarantees that retry; a consumer
-# crash against at-most-once (may lose, never duplicates) and exactly-once; a fenced zombie.
+# The short matrix, under a minute on two cores: cells whose failure creates the preconditions of a
+# promise on every run, whatever the timing. Lost acks against exactly-once; a consumer killed
+# before its commit against at-least-once (never loses) and exactly-once; a zombie against
+# at-most-once (never duplicates) and exactly-once. (At-most-once commits first, so its killed
+# consumers test only losses, which it may have: its consumer-crash cell would often test nothing.)
 SHORT_MATRIX = (
-    ("A", "at-least-once"),
     ("A", "exactly-once"),
-    ("D", "at-most-once"),
+    ("D", "at-least-once"),
     ("D", "exactly-once"),
+    ("E", "at-most-once"),
     ("E", "exactly-once"),
 )
 PIPELINE_TIMEOUT_S = 240.0
