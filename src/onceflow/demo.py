@@ -109,7 +109,7 @@ def run_short_matrix(
     workdir: Path, seed: int, bootstrap: str | None, cells: Sequence[tuple[str, str]] = SHORT_MATRIX
 ) -> list[dict[str, Any]]:
     """Cells of the matrix (failure key, guarantee), one small lab run each, judged."""
-    chosen = [(matrix.failure(key), guarantee) for key, guarantee in cells]
+    chosen = [(matrix.failure_of(key), guarantee) for key, guarantee in cells]
     return matrix.run_cells(chosen, workdir, seed, bootstrap)
 
 

@@ -23,7 +23,7 @@ def _verdict(rows: list[dict[str, Any]]) -> tuple[int, str]:
 def test_the_short_matrix_names_cells_of_the_matrix() -> None:
     assert len(SHORT_MATRIX) == len(set(SHORT_MATRIX)) <= 6  # about a minute on two cores
     for key, guarantee in SHORT_MATRIX:
-        assert matrix.failure(key).key == key
+        assert matrix.failure_of(key).key == key
         assert guarantee in matrix.PREDICTIONS
 
 

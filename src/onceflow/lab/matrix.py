@@ -118,7 +118,7 @@ def problems(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return found
 
 
-def failure(key: str) -> Failure:
+def failure_of(key: str) -> Failure:
     [found] = [candidate for candidate in FAILURES if candidate.key == key]
     return found
 
