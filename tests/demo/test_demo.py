@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from onceflow.demo import SHORT_MATRIX
+
 pytestmark = [pytest.mark.spark, pytest.mark.soak]
 
 RUN_KEYS = {
@@ -35,6 +37,10 @@ def test_demo_runs_end_to_end_and_writes_valid_reports(tmp_path: Path) -> None:
     )
     assert demo.returncode == 0, demo.stdout[-5000:] + demo.stderr[-5000:]
     assert "exactly-once: 0 lost, 0 duplicated, 0 aborted reads" in demo.stdout
+    # The short matrix: every cell kept its promises and put one to the test.
+    assert "delivery-semantics matrix" in demo.stdout
+    rows = json.loads((report_dir / "matrix.json").read_text())["matrix"]
+    assert len(rows) == len(SHORT_MATRIX) and all(row["agrees"] is True for row in rows), rows
 
     report = json.loads((report_dir / "report.json").read_text())
     assert set(report) == {"runs"}
@@ -55,4 +61,5 @@ def test_demo_runs_end_to_end_and_writes_valid_reports(tmp_path: Path) -> None:
     assert pipeline["exactly-once"]["balances_match"]
     # The driver died with a micro-batch written but not checkpointed: at-least-once writes it twice.
     assert pipeline["at-least-once"]["duplicated"] > 0
-    assert "<svg" in (report_dir / "report.html").read_text()
+    page = (report_dir / "report.html").read_text()
+    assert "<svg" in page and "Matrix: each failure alone" in page

@@ -108,6 +108,13 @@ def test_the_json_report_has_the_documented_shape(lab_run: tuple[dict[str, Any],
                 assert set(offset) == {"topic", "partition", "offset"}
                 assert isinstance(offset["partition"], int) and isinstance(offset["offset"], int)
         assert all(isinstance(count, int) and count >= 0 for count in run["coverage"].values())
+        # What the report draws: the faults as they happened, the clients' lives, sends and acks.
+        bands = {band["label"] for band in run["timeline"]["bands"]}
+        assert "lost acks" in bands and any(label.endswith(" killed") for label in bands), bands
+        assert {lane["name"] for lane in run["timeline"]["lanes"]} >= {"producer-0", "worker-0"}
+        assert sum(bucket["acks"] for bucket in run["timeline"]["buckets"]) >= run["acknowledged"]
+        for anomaly in run["anomalies"][:20]:
+            assert any(op["touches"] for op in anomaly["history"]), anomaly
         assert set(run["verdicts"].values()) <= {"found", "clean"}, run["verdicts"]  # else exit 1
         kinds = [anomaly["kind"] for anomaly in run["anomalies"]]
         assert run["lost"] == kinds.count("lost-write") + kinds.count("lost-downstream")
@@ -167,8 +174,13 @@ def test_the_html_report_renders_its_chart_in_chromium(
     assert "<script src" not in page.read_text() and "http" not in page.read_text().replace(
         "http://www.w3.org/2000/svg", ""
     ), "the page must be self-contained"
+    # The page checks itself: its summary chart has bars, no label is clipped, no cell holds JSON
+    # (tests/lab/test_report.py shows the check failing on broken pages).
     dom = _chromium(tmp_path, page, "--dump-dom")
-    assert _title(dom.stdout) == "lab chart: 9 bars", dom.stderr[-2000:]
+    assert _title(dom.stdout) == "report ok", dom.stderr[-2000:]
+    assert dom.stdout.count('class="bar"') == 9
+    for number in (1, 2, 3):
+        assert f'id="timeline-{number}"' in dom.stdout and f'id="rates-{number}"' in dom.stdout
     screenshot = tmp_path / "lab.png"
     _chromium(tmp_path, page, f"--screenshot={screenshot}")
     assert screenshot.exists()
@@ -180,4 +192,4 @@ def test_the_html_report_renders_its_chart_in_chromium(
 def test_a_page_without_its_chart_is_caught(tmp_path: Path) -> None:
     page = tmp_path / "empty.html"
     write_html([], page)
-    assert _title(_chromium(tmp_path, page, "--dump-dom").stdout) == "lab chart missing"
+    assert _title(_chromium(tmp_path, page, "--dump-dom").stdout) == "report broken: chart missing"

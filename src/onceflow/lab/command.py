@@ -44,7 +44,9 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
         " no broker-crash and no --broker-fault then",
     )
     run.add_argument("--json", type=Path, help="write the runs as JSON here")
-    run.add_argument("--html", type=Path, help="write a self-contained HTML report with a chart here")
+    run.add_argument(
+        "--html", type=Path, help="write a self-contained HTML report (timelines, charts, anomalies) here"
+    )
     run.add_argument("--workdir", type=Path, help="keep histories, logs and broker data here")
     matrix = actions.add_parser(
         "matrix", help="each documented failure alone against each guarantee, judged against the promises"
@@ -58,6 +60,9 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
     matrix.add_argument("--seed", type=int, default=1)
     matrix.add_argument("--bootstrap", help="judge this cluster instead of starting a broker per run")
     matrix.add_argument("--json", type=Path, help="write the matrix as JSON here")
+    matrix.add_argument(
+        "--html", type=Path, help="write a self-contained HTML report: the matrix, then every cell's run"
+    )
     matrix.add_argument("--workdir", type=Path, help="keep histories, logs and broker data here")
     actions.add_parser("presets", help="print the client configs of the three guarantees")
 
@@ -122,7 +127,7 @@ def run_lab_command(args: argparse.Namespace) -> int:
 def _run_matrix(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from onceflow.lab import matrix
+    from onceflow.lab import matrix, report
 
     chosen = set(args.failure or [failure.key for failure in matrix.FAILURES])
     failures = [failure for failure in matrix.FAILURES if failure.key in chosen]
@@ -142,10 +147,12 @@ def _run_matrix(args: argparse.Namespace) -> int:
     matrix.print_matrix(rows)
     if args.json:
         args.json.write_text(json.dumps({"matrix": rows}, indent=2) + "\n", encoding="utf-8")
+    if args.html:
+        title = "onceflow delivery-semantics matrix"
+        report.write_html([row["run"] for row in rows], args.html, title, matrix=rows)
     broken = [row for row in rows if row["agrees"] is False]
-    for row in broken:
-        label = f"{row['failure']} / {row['guarantee']}"
-        print(f"onceflow: {label}: the measurement breaks the promise", file=sys.stderr)
+    for problem in matrix.problems(broken):
+        print(f"onceflow: {problem}", file=sys.stderr)
     return 1 if broken else 0
 
 

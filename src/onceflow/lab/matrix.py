@@ -82,15 +82,45 @@ def run_matrix(
     produce_s: float = PRODUCE_S,
     log: Log = lambda _line: None,
 ) -> list[dict[str, Any]]:
-    rows = []
     guarantees = list(guarantees)
-    for failure in failures:
-        for guarantee in guarantees:
-            run_dir = workdir / f"{failure.key}-{guarantee}"
-            run_dir.mkdir(parents=True, exist_ok=True)
-            scenario = Scenario(guarantee, failure.faults, messages, seed, bootstrap, produce_s=produce_s)
-            rows.append(judge(failure, run_scenario(scenario, run_dir, log)))
+    cells = [(failure, guarantee) for failure in failures for guarantee in guarantees]
+    return run_cells(cells, workdir, seed, bootstrap, messages, produce_s, log)
+
+
+def run_cells(
+    cells: Iterable[tuple[Failure, str]],
+    workdir: Path,
+    seed: int,
+    bootstrap: str | None = None,
+    messages: int = MESSAGES,
+    produce_s: float = PRODUCE_S,
+    log: Log = lambda _line: None,
+) -> list[dict[str, Any]]:
+    """One judged run per (failure, guarantee) cell, in the order given."""
+    rows = []
+    for failure, guarantee in cells:
+        run_dir = workdir / f"{failure.key}-{guarantee}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        scenario = Scenario(guarantee, failure.faults, messages, seed, bootstrap, produce_s=produce_s)
+        rows.append(judge(failure, run_scenario(scenario, run_dir, log)))
     return rows
+
+
+def problems(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The cells that break a promise or could not test one, as sentences."""
+    found = []
+    for row in rows:
+        cell = f"{row['failure']} / {row['guarantee']}"
+        if row["agrees"] is False:
+            found.append(f"{cell}: the measurement breaks the promise")
+        elif row["agrees"] is None:
+            found.append(f"{cell}: not tested (the run never created the preconditions of a promise)")
+    return found
+
+
+def failure_of(key: str) -> Failure:
+    [found] = [candidate for candidate in FAILURES if candidate.key == key]
+    return found
 
 
 def _cell_text(cell: Mapping[str, Any] | None) -> str:

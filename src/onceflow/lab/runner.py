@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.faults.broker_process import BrokerProcess
 from onceflow.faults.proxy import FaultPlan, FaultProxy
-from onceflow.lab import coverage, faults
+from onceflow.lab import coverage, faults, timeline
 from onceflow.lab.checker import CheckResult, check
 from onceflow.lab.history import HistoryWriter, read_history
 from onceflow.lab.presets import PRESETS
@@ -37,6 +37,8 @@ WORKERS = 2
 PRODUCE_S = 6.0  # the producers spread their values over this long; the faults fall inside it
 DRAIN_TIMEOUT_S = 60.0
 STALL_S = 12.0
+SIGNALED = ("kill-producer", "kill-consumer", "pause-consumer")
+SHOWN_CONTEXTS = 20  # anomalies whose surrounding operations the JSON carries
 ZOMBIE_WAIT_S = 10.0  # a zombie goes on at the latest this long after its successor started
 
 Log = Callable[[str], None]
@@ -64,6 +66,9 @@ class RunResult:
     verdicts: dict[str, str] = field(default_factory=dict)
     # What the broker fault did, with the values of the records it dropped or copied.
     broker_fault_effects: dict[str, Any] | None = None
+    # What the report draws (`timeline.build`), and the operations around each anomaly shown.
+    timeline: dict[str, Any] = field(default_factory=dict)
+    contexts: list[list[dict[str, Any]]] = field(default_factory=list)
 
     @property
     def not_tested(self) -> list[str]:
@@ -88,7 +93,11 @@ class RunResult:
             "coverage": self.coverage,
             "verdicts": self.verdicts,
             "broker_fault_effects": self.broker_fault_effects,
-            "anomalies": [anomaly.to_json() for anomaly in self.check.anomalies],
+            "timeline": self.timeline,
+            "anomalies": [
+                {**anomaly.to_json(), "history": self.contexts[index] if index < len(self.contexts) else []}
+                for index, anomaly in enumerate(self.check.anomalies)
+            ],
         }
 
 
@@ -191,6 +200,8 @@ class _Run:
         self.rng = random.Random(scenario.seed)
         self.partitions: dict[str, int] = {}
         self.zombies: list[_Zombie] = []
+        # The faults as they happened, for the report's timeline.
+        self.fault_log = HistoryWriter(self.history_dir / "lab.jsonl", timeline.LAB_PROCESS)
 
     @property
     def client_bootstrap(self) -> str:
@@ -236,6 +247,7 @@ class _Run:
             effects = dataclasses.asdict(self.proxy.broker_faults)
             self._report_broker_fault()
         self.proxy.plan.broker_fault = None  # the final reads see the log as the broker keeps it
+        self.fault_log.close()
         self._final_reads()
         events = read_history(self.history_dir)
         result = check(events, self.input, self.output)
@@ -250,7 +262,11 @@ class _Run:
             f"aborted reads {result.aborted_reads}; "
             + ", ".join(f"{anomaly} {verdict}" for anomaly, verdict in judged.items())
         )
-        return RunResult(scenario, result, drained, self.injected, counts, judged, effects)
+        contexts = [
+            timeline.context(events, anomaly.values) for anomaly in result.anomalies[:SHOWN_CONTEXTS]
+        ]
+        drawn = timeline.build(events)
+        return RunResult(scenario, result, drained, self.injected, counts, judged, effects, drawn, contexts)
 
     def _create_topics(self) -> None:
         admin = AdminClient({"bootstrap.servers": self.direct_bootstrap})
@@ -348,6 +364,7 @@ class _Run:
                 self._recorded(zombie.successor, "assign") or now - zombie.since > ZOMBIE_WAIT_S
             ):
                 zombie.process.send_signal(signal.SIGCONT)
+                self.fault_log.record("fault", action="resume-consumer", target=zombie.name)
                 zombie.state = "resumed"
                 self.injected.append(f"SIGCONT {zombie.incarnation} after {zombie.successor} started")
 
@@ -358,7 +375,7 @@ class _Run:
     def _starting(self, event: faults.FaultEvent) -> bool:
         """A client the event signals that has not yet created its history file (see
         `workload.CrashPoints`), so would die of the signal at a point nobody chose."""
-        if event.action not in ("kill-producer", "kill-consumer", "pause-consumer"):
+        if event.action not in SIGNALED:
             return False
         name = f"{'producer' if event.action == 'kill-producer' else 'worker'}-{event.target}"
         history = self.history_dir / f"{name}.{self.incarnations[name]}.jsonl"
@@ -366,6 +383,8 @@ class _Run:
 
     def _inject(self, event: faults.FaultEvent) -> list[threading.Thread]:
         action = event.action
+        if action not in SIGNALED:  # those are written down only if the client was there to signal
+            self.fault_log.record("fault", action=action, target=event.target)
         if action in ("lose-acks", "stop-losing-acks"):
             on = action == "lose-acks"
             self.proxy.plan.drop_response_probability = faults.DROP_PROBABILITY if on else 0.0
@@ -390,6 +409,7 @@ class _Run:
             name = f"{'producer' if action == 'kill-producer' else 'worker'}-{event.target}"
             if name not in self.finished and self.processes[name].poll() is None:
                 self.processes[name].send_signal(event.crash_signal)
+                self.fault_log.record("fault", action=action, target=event.target)
                 point = "second" if event.crash_signal == faults.CRASH_SIGNALS[1] else "next"
                 self.injected.append(
                     f"{event.at_s:.1f}s SIGKILL {name}.{self.incarnations[name]} at its {point} crash point"
@@ -399,6 +419,7 @@ class _Run:
             process = self.processes[name]
             if process.poll() is None:
                 process.send_signal(signal.SIGURG)  # it stops itself at its crash point
+                self.fault_log.record("fault", action=action, target=event.target)
                 incarnation = f"{name}.{self.incarnations[name]}"
                 self.zombies.append(_Zombie(name, process, incarnation))
                 self.injected.append(f"{event.at_s:.1f}s pause {incarnation} at its next crash point")
@@ -408,6 +429,7 @@ class _Run:
             self.injected.append(f"{event.at_s:.1f}s SIGKILL broker")
             time.sleep(self.rng.uniform(0.5, 1.5))  # clients keep sending into the void meanwhile
             self.broker.start()
+            self.fault_log.record("fault", action="restart-broker")
         elif action == "hang-transaction":
             hanger = threading.Thread(target=self._hang, args=(event.at_s,))
             hanger.start()
