@@ -30,7 +30,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from onceflow.embedded import EmbeddedBroker
 from onceflow.extras import require
-from onceflow.lab import matrix
+from onceflow.lab import broker_metrics, matrix
 from onceflow.lab.presets import PRESETS
 from onceflow.lab.report import NOT_TESTED, label, print_table, write_html, write_json
 from onceflow.lab.runner import Scenario, run_scenario
@@ -94,6 +94,8 @@ def run_demo(
         for guarantee in guarantees:
             runs.append(_pipeline_stage(progress, guarantee, size, seed, bootstrap, workdir / guarantee))
     print_table(runs, console, title="onceflow demo: delivery guarantees under the same faults")
+    for line in broker_metrics.summaries(runs):
+        console.print(line, highlight=False)
     matrix.print_matrix(rows, console)
     write_json(runs, report_dir / "report.json")
     (report_dir / "matrix.json").write_text(json.dumps({"matrix": rows}, indent=2) + "\n", encoding="utf-8")
@@ -154,7 +156,7 @@ def _pipeline_stage(
 ) -> dict[str, Any]:
     workdir.mkdir(parents=True)
     task = progress.add_task(f"spark pipeline, {guarantee}: starting", total=3)
-    broker = None if bootstrap else EmbeddedBroker(workdir / "broker").start()
+    broker = None if bootstrap else EmbeddedBroker(workdir / "broker", metrics_port=0).start()
     address = bootstrap or broker.bootstrap_servers  # type: ignore[union-attr]
     try:
         workload = generate(address, count=size.payments, seed=seed)
@@ -180,11 +182,12 @@ def _pipeline_stage(
         progress.update(task, description=f"spark pipeline, {guarantee}: checking outputs and balances")
         outputs = read_outputs(address)
         balances = read_balances(settings.db)
+        metrics = None if broker is None else broker_metrics.scrape(broker.metrics_url).to_json()
         progress.advance(task)
     finally:
         if broker is not None:
             broker.stop()
-    return _pipeline_run(guarantee, seed, workload, outputs, balances)
+    return {**_pipeline_run(guarantee, seed, workload, outputs, balances), "broker_metrics": metrics}
 
 
 def _pipeline_run(

@@ -84,6 +84,15 @@ def test_at_most_once_duplicates_nothing(lab_run: tuple[dict[str, Any], Path]) -
     assert run["duplicated"] == 0, run["anomalies"][:5]
 
 
+def test_each_run_reads_its_brokers_metrics(lab_run: tuple[dict[str, Any], Path]) -> None:
+    for run in lab_run[0]["runs"]:
+        metrics = run["broker_metrics"]
+        assert metrics["requests"]["Produce"] > 0 and metrics["requests"]["Fetch"] > 0, metrics
+        assert metrics["bytes_in"] > 0 and metrics["bytes_out"] > 0 and metrics["flushes"] > 0
+        # Only exactly-once ends transactions.
+        assert (metrics["requests"].get("EndTxn", 0) > 0) == (run["guarantee"] == "exactly-once"), metrics
+
+
 def test_the_faults_were_injected(lab_run: tuple[dict[str, Any], Path]) -> None:
     for run in lab_run[0]["runs"]:
         injected = " ".join(run["injected"])

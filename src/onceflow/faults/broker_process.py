@@ -11,11 +11,15 @@ from pathlib import Path
 class BrokerProcess:
     """`onceflow broker` as a subprocess, so that the lab can SIGKILL it and start it on the same port."""
 
-    def __init__(self, data_dir: Path, settings: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, data_dir: Path, settings: dict[str, str], log_path: Path, metrics: bool = False
+    ) -> None:
         self.data_dir = data_dir
         self.settings = settings
         self.log_path = log_path
+        self.metrics = metrics
         self.port = 0
+        self.metrics_url: str | None = None  # with `metrics`: where this start of the broker serves them
         self.process: subprocess.Popen[str] | None = None
 
     @property
@@ -25,6 +29,8 @@ class BrokerProcess:
     def start(self) -> BrokerProcess:
         command = [sys.executable, "-m", "onceflow.cli", "broker", "--listen", f"127.0.0.1:{self.port}"]
         command += ["--data-dir", str(self.data_dir)]
+        if self.metrics:
+            command += ["--metrics", "127.0.0.1:0"]
         for key, value in self.settings.items():
             command += ["--set", f"{key}={value}"]
         with self.log_path.open("a") as log:
@@ -35,6 +41,8 @@ class BrokerProcess:
             self.kill()
             raise RuntimeError(f"the broker did not start: {line!r}, see {self.log_path}")
         self.port = int(line.rsplit(":", 1)[1])
+        if self.metrics:
+            self.metrics_url = self.process.stdout.readline().rsplit(" ", 1)[1].strip()
         return self
 
     def kill(self) -> None:

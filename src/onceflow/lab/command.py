@@ -91,7 +91,7 @@ def run_lab_command(args: argparse.Namespace) -> int:
     # Imported here: building the parser for every onceflow command should stay cheap.
     from rich.console import Console
 
-    from onceflow.lab import report
+    from onceflow.lab import broker_metrics, report
     from onceflow.lab.runner import run_lab
 
     console = Console(stderr=True)
@@ -110,6 +110,8 @@ def run_lab_command(args: argparse.Namespace) -> int:
         )
     runs = [result.to_json() for result in results]
     report.print_table(runs)
+    for line in broker_metrics.summaries(runs):
+        print(line)
     if args.json:
         report.write_json(runs, args.json)
     if args.html:

@@ -26,7 +26,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.faults.broker_process import BrokerProcess
 from onceflow.faults.proxy import FaultPlan, FaultProxy
-from onceflow.lab import coverage, faults, timeline
+from onceflow.lab import broker_metrics, coverage, faults, timeline
+from onceflow.lab.broker_metrics import BrokerMetrics
 from onceflow.lab.checker import CheckResult, check
 from onceflow.lab.history import HistoryWriter, read_history
 from onceflow.lab.presets import PRESETS
@@ -69,6 +70,7 @@ class RunResult:
     # What the report draws (`timeline.build`), and the operations around each anomaly shown.
     timeline: dict[str, Any] = field(default_factory=dict)
     contexts: list[list[dict[str, Any]]] = field(default_factory=list)
+    broker_metrics: BrokerMetrics | None = None  # the lab's own broker only
 
     @property
     def not_tested(self) -> list[str]:
@@ -94,6 +96,7 @@ class RunResult:
             "verdicts": self.verdicts,
             "broker_fault_effects": self.broker_fault_effects,
             "timeline": self.timeline,
+            "broker_metrics": None if self.broker_metrics is None else self.broker_metrics.to_json(),
             "anomalies": [
                 {**anomaly.to_json(), "history": self.contexts[index] if index < len(self.contexts) else []}
                 for index, anomaly in enumerate(self.check.anomalies)
@@ -143,6 +146,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, log: Log = lambda _line: Non
                     "group.initial.rebalance.delay.ms": "0",
                 },
                 run_dir / "broker.log",
+                metrics=True,
             ).start()
             proxy.upstream = ("127.0.0.1", broker.port)
         try:
@@ -262,11 +266,24 @@ class _Run:
             f"aborted reads {result.aborted_reads}; "
             + ", ".join(f"{anomaly} {verdict}" for anomaly, verdict in judged.items())
         )
-        contexts = [
-            timeline.context(events, anomaly.values) for anomaly in result.anomalies[:SHOWN_CONTEXTS]
-        ]
+        contexts = [timeline.context(events, anomaly.values) for anomaly in result.anomalies[:SHOWN_CONTEXTS]]
         drawn = timeline.build(events)
-        return RunResult(scenario, result, drained, self.injected, counts, judged, effects, drawn, contexts)
+        metrics = self._broker_metrics()
+        return RunResult(
+            scenario, result, drained, self.injected, counts, judged, effects, drawn, contexts, metrics
+        )
+
+    def _broker_metrics(self) -> BrokerMetrics | None:
+        """The own broker's metrics since its last start (a broker kill resets them)."""
+        if self.broker is None or self.broker.metrics_url is None:
+            return None
+        try:
+            metrics = broker_metrics.scrape(self.broker.metrics_url)
+        except OSError as error:  # the run's verdict does not depend on them
+            self.log(f"{self.scenario.guarantee}: broker metrics unavailable: {error}")
+            return None
+        self.log(f"{self.scenario.guarantee}: broker {metrics.summary()}")
+        return metrics
 
     def _create_topics(self) -> None:
         admin = AdminClient({"bootstrap.servers": self.direct_bootstrap})
