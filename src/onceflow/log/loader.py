@@ -63,7 +63,7 @@ def load_log(directory: Path, config: LogConfig, recovery_point: int, now_ms: in
         completed = producer_state.update(header, header.base_offset, now_ms)
         if completed is None:
             continue
-        marker = segment.read(header.base_offset, 1, header.base_offset + 1)
+        marker = segment.read(header.base_offset, 1, header.base_offset + 1).records
         entry = aborted_entry(completed, marker, producer_state.first_unstable_offset())
         if entry is not None:
             segment.txn_index.append(entry)

@@ -23,7 +23,7 @@ from onceflow.log.errors import LogAppendError, LogReadError
 from onceflow.log.files import fsync_directory, write_atomically
 from onceflow.log.loader import load_log
 from onceflow.log.producer_state import CompletedTransaction, ProducerStateManager, write_snapshot
-from onceflow.log.segment import MAX_RELATIVE_OFFSET, LogSegment
+from onceflow.log.segment import MAX_RELATIVE_OFFSET, NOTHING_FETCHED, FetchedBatches, LogSegment
 from onceflow.log.transaction_index import AbortedTransaction, aborted_entry
 
 _log = logging.getLogger(__name__)
@@ -223,6 +223,11 @@ class PartitionLog:
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Whole batches from the one containing `offset`: up to `max_bytes`, but at least
         one batch when there is one (KIP-74), and none starting at or after `max_offset`."""
+        return self.read_batches(offset, max_bytes, max_offset).records
+
+    def read_batches(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FetchedBatches:
+        """As `read`, with the offset after the batches read (a fetch's upper bound for the
+        aborted transactions it lists)."""
         if not self.log_start_offset <= offset <= self.log_end_offset:
             raise LogReadError(
                 ErrorCode.offset_out_of_range,
@@ -230,15 +235,15 @@ class PartitionLog:
             )
         limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
         if offset >= limit:  # the common case of a consumer waiting at the end
-            return b""
+            return NOTHING_FETCHED
         first = bisect_right(self._segments, offset, key=_base_offset) - 1
         for segment in self._segments[first:]:
             if segment.base_offset >= limit:
                 break
-            data = segment.read(offset, max_bytes, limit)
-            if data:
-                return data
-        return b""
+            fetched = segment.read(offset, max_bytes, limit)
+            if fetched.records:
+                return fetched
+        return NOTHING_FETCHED
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(base offset, max timestamp) of the first batch whose max timestamp is at least

@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from onceflow.log.batch import (
     HEADER_SIZE,
@@ -21,6 +22,19 @@ from onceflow.log.index import OffsetIndex, TimeIndex, open_file
 from onceflow.log.transaction_index import TransactionIndex
 
 _log = logging.getLogger(__name__)
+
+
+class FetchedBatches(NamedTuple):
+    """What a read returns (Kafka's `FetchDataInfo`): whole batches and the offset after them."""
+
+    records: bytes
+    next_offset: int  # the offset after the last batch; meaningless when `records` is empty
+
+
+NOTHING_FETCHED = FetchedBatches(b"", -1)
+# How far past the index entry one read reaches to find the batch holding the fetch offset:
+# entries are at most about `index.interval.bytes` (4 KiB by default) plus one batch apart.
+_READ_AHEAD = 16 * 1024
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -231,23 +245,46 @@ class LogSegment:
             if header.last_offset >= offset:
                 yield header
 
-    def read(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
+    def read(self, offset: int, max_bytes: int, max_offset: int) -> FetchedBatches:
         """Whole batches from the one containing `offset`, up to `max_bytes` but at least
-        one, none starting at or after `max_offset`."""
+        one, none starting at or after `max_offset`.
+
+        One pread covers, in the common case, the way from the index entry to `offset` and
+        the batches after it; the headers are walked once. A second read happens only when
+        that way is longer than `_READ_AHEAD` or the first batch is bigger than `max_bytes`.
+        """
         entry = self.index.lookup(offset)
-        batches = self._scan(entry[1] if entry else 0, self.size)
-        first = next(((p, h) for p, h in batches if h.last_offset >= offset), None)
-        if first is None or first[1].base_offset >= max_offset:
-            return b""
-        start, header = first
-        data = os.pread(self._fd, min(max(max_bytes, header.size), self.size - start), start)
-        end = header.size
-        while end + HEADER_SIZE <= len(data):
+        position = entry[1] if entry else 0
+        data = b""
+        at = 0
+        while True:  # to the first batch that holds `offset`
+            if at + HEADER_SIZE > len(data):
+                position += at
+                if position + HEADER_SIZE > self.size:
+                    return NOTHING_FETCHED
+                data, at = os.pread(self._fd, min(max_bytes + _READ_AHEAD, self.size - position), position), 0
+            header = parse_batch_header(data, at)
+            if header.last_offset >= offset:
+                break
+            at += header.size
+        if header.base_offset >= max_offset:
+            return NOTHING_FETCHED
+        # KIP-74: the first batch goes out whole even when bigger than max_bytes.
+        wanted = min(max(max_bytes, header.size), self.size - position - at)
+        if len(data) - at < wanted:
+            position += at
+            data, at = os.pread(self._fd, wanted, position), 0
+        start, cap = at, at + wanted
+        end = at + header.size
+        last = header
+        while end + HEADER_SIZE <= cap:
             header = parse_batch_header(data, end)
-            if header.base_offset >= max_offset or end + header.size > len(data):
+            if header.base_offset >= max_offset or end + header.size > cap:
                 break
             end += header.size
-        return data if end == len(data) else data[:end]
+            last = header
+        records = data if start == 0 and end == len(data) else data[start:end]
+        return FetchedBatches(records, last.last_offset + 1)
 
     def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is at least `timestamp`,
