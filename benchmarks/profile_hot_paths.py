@@ -48,7 +48,7 @@ def main() -> int:
     sides = {"before": args.baseline.resolve(), "after": SRC.resolve()}
     sizes = {1000: args.megabytes * MB, 100: args.megabytes * MB // 5}
     rates: dict[str, dict[str, list[float]]] = {side: {figure: [] for figure in FIGURES} for side in sides}
-    profiles: dict[str, list[str]] = {}
+    profiles: dict[str, dict[str, list[str]]] = {}
     with tempfile.TemporaryDirectory(prefix="onceflow-profile-") as tmp:
         work = Path(tmp)
         order = [
@@ -76,9 +76,10 @@ def main() -> int:
     for figure in FIGURES:
         before, after = medians["before"][figure], medians["after"][figure]
         print(f"{figure:14} before {before:7.1f} MB/s  after {after:7.1f} MB/s  ratio {after / before:.2f}")
-    for side, lines in profiles.items():
-        print(f"\n{side}: top {args.top} by own time (tottime)")
-        print("\n".join(lines))
+    for side, entries in profiles.items():
+        for name, lines in entries.items():
+            print(f"\n{side}: top {args.top} by own time (tottime), {name}")
+            print("\n".join(lines))
     results = BENCHMARKS_DIR / "results"
     results.mkdir(exist_ok=True)
     path = results / f"profile-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
@@ -123,17 +124,21 @@ def _load(work: Path, src: Path, sizes: dict[int, int], profile: Path | None) ->
     return rates
 
 
-def _top_entries(profile: Path, src: Path, top: int) -> list[str]:
-    out = io.StringIO()
-    stats = pstats.Stats(str(profile), stream=out)
-    stats.sort_stats("tottime").print_stats(top)
-    lines = out.getvalue().splitlines()
-    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls"))
+def _top_entries(profile: Path, src: Path, top: int) -> dict[str, list[str]]:
+    """The top entries by own time: all of them (the event loop's idle wait included), and
+    onceflow's own functions."""
     site_packages = str(Path(pstats.__file__).parent)
-    return [
-        line.replace(str(src), "src").replace(site_packages + "/", "")
-        for line in lines[header : header + top + 1]
-    ]
+    entries = {}
+    for name, restrictions in (("all", ()), ("onceflow", ("onceflow/",))):
+        out = io.StringIO()
+        pstats.Stats(str(profile), stream=out).sort_stats("tottime").print_stats(*restrictions, top)
+        lines = out.getvalue().splitlines()
+        header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls"))
+        entries[name] = [
+            line.replace(str(src), "src").replace(site_packages + "/", "")
+            for line in lines[header : header + top + 1]
+        ]
+    return entries
 
 
 if __name__ == "__main__":
