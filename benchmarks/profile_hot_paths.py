@@ -10,7 +10,10 @@ records (4 partitions, acks=all, idempotent, linger.ms=5, `client.py produce`), 
 both back (`client.py consume`). Then once per side the same load through a broker under
 cProfile, whose top entries by own time are printed.
 
-Prints the median MB/s per side and figure with the ratios after / before, then the profiles,
+Also times the log's read path alone, in-process on each tree (`_READ_TIMING`).
+
+Prints the median MB/s per side and figure with the ratios after / before, and the MB produced
+plus consumed per second of the broker process's CPU time (start-up included), then the profiles,
 and writes everything to benchmarks/results/profile-<UTC timestamp>.json.
 """
 
@@ -22,6 +25,7 @@ import json
 import os
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -33,7 +37,7 @@ from processes import BENCHMARKS_DIR, BrokerProcess, run_client
 MB = 1_000_000
 PARTITIONS = 4
 SRC = BENCHMARKS_DIR.parent / "src"
-FIGURES = ("produce-1000", "produce-100", "consume-1000", "consume-100")
+FIGURES = ("produce-1000", "produce-100", "consume-1000", "consume-100", "per-cpu-second")
 
 
 def main() -> int:
@@ -58,6 +62,10 @@ def main() -> int:
             for figure, rate in _load(work / f"run-{run}", sides[side], sizes, None).items():
                 rates[side][figure].append(rate)
                 print(f"  {side} {figure}: {rate:.1f} MB/s", file=sys.stderr)
+        timings: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
+        for side in [*sides, *reversed(sides)]:
+            timings[side].append(_read_timings(sides[side]))
+        reads = {side: {key: min(t[key] for t in runs) for key in runs[0]} for side, runs in timings.items()}
         for side, src in sides.items():
             profile = work / f"{side}.prof"
             _load(work / f"profiled-{side}", src, sizes, profile)
@@ -70,12 +78,16 @@ def main() -> int:
         "mb_per_s": rates,
         "medians": medians,
         "ratios": {figure: medians["after"][figure] / medians["before"][figure] for figure in FIGURES},
+        "log_reads_us": reads,
         "profiles": profiles,
         "load_average": os.getloadavg(),
     }
     for figure in FIGURES:
         before, after = medians["before"][figure], medians["after"][figure]
         print(f"{figure:14} before {before:7.1f} MB/s  after {after:7.1f} MB/s  ratio {after / before:.2f}")
+    for key in reads["before"]:
+        before, after = reads["before"][key], reads["after"][key]
+        print(f"log {key:28} before {before:7.1f}  after {after:7.1f}  ratio {after / before:.2f}")
     for side, entries in profiles.items():
         for name, lines in entries.items():
             print(f"\n{side}: top {args.top} by own time (tottime), {name}")
@@ -86,6 +98,59 @@ def main() -> int:
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwrote {path}")
     return 0
+
+
+# In-process, no sockets: the log's read path alone, on 100-byte records in batches of 10,
+# read from 500 offsets spread over the log; best of 5 rounds, microseconds per read. The
+# read_committed figure adds what a read_committed Fetch also needs, the offset after the
+# batches read (a second walk over them where the log does not return it).
+_READ_TIMING = """
+import json, sys, tempfile, time
+from pathlib import Path
+from onceflow.log.batch import encode_batch, validate_batches
+from onceflow.log.config import LogConfig
+from onceflow.log.log import PartitionLog
+
+with tempfile.TemporaryDirectory() as tmp:
+    log = PartitionLog.open(Path(tmp), LogConfig(), 0, 0)
+    for _ in range(20_000):
+        batch = encode_batch([(None, bytes(100))] * 10, 0)
+        log.append(batch, validate_batches(batch), 0)
+    offsets = range(0, log.log_end_offset, log.log_end_offset // 500)
+    if hasattr(log, "read_batches"):
+        committed = lambda offset, max_bytes: log.read_batches(offset, max_bytes).next_offset
+    else:
+        from onceflow.log.batch import next_offset_after
+        committed = lambda offset, max_bytes: next_offset_after(log.read(offset, max_bytes))
+    figures = {}
+    for name, read, max_bytes in (
+        ("read 1024 KiB", log.read, 1 << 20),
+        ("read 16 KiB", log.read, 16 << 10),
+        ("read_committed 1024 KiB", committed, 1 << 20),
+    ):
+        best = float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            for offset in offsets:
+                read(offset, max_bytes)
+            best = min(best, (time.perf_counter() - started) / len(offsets) * 1e6)
+        figures[f"{name}, us"] = best
+    log.close()
+print(json.dumps(figures))
+"""
+
+
+def _read_timings(src: Path) -> dict[str, float]:
+    finished = subprocess.run(
+        [sys.executable, "-c", _READ_TIMING],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(src)},
+        check=True,
+    )
+    figures: dict[str, float] = json.loads(finished.stdout)
+    return figures
 
 
 def _load(work: Path, src: Path, sizes: dict[int, int], profile: Path | None) -> dict[str, float]:
@@ -120,6 +185,10 @@ def _load(work: Path, src: Path, sizes: dict[int, int], profile: Path | None) ->
             }
             figures = run_client("consume", {**options, "min_bytes": total}, 600, work)
             rates[f"consume-{record_size}"] = figures["bytes"] / figures["seconds"] / MB
+        # The broker's own CPU time is steadier than MB/s on a shared machine: other load slows
+        # a run far more than it adds to the broker's work.
+        moved = 2 * sum(sizes.values())
+        rates["per-cpu-second"] = moved / broker.cpu_seconds() / MB
         broker.stop()  # SIGTERM: a clean exit, on which cProfile writes its file
     return rates
 

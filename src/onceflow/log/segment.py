@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from onceflow.log.batch import (
     HEADER_SIZE,
+    LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
     batch_crc_matches,
@@ -32,6 +34,21 @@ class FetchedBatches(NamedTuple):
 
 
 NOTHING_FETCHED = FetchedBatches(b"", -1)
+# The walk over stored batches reads only what it needs: base offset and length, and the
+# last offset delta of the batches it looks for the fetch offset in.
+_BASE_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+
+
+def _batch_bounds(data: bytes, position: int) -> tuple[int, int]:
+    """(base offset, size) of the stored batch at `position`."""
+    base_offset, length = _BASE_OFFSET_AND_LENGTH.unpack_from(data, position)
+    if length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch length {length} at byte {position} is too small")
+    return base_offset, length + LOG_OVERHEAD
+
+
 # How far past the index entry one read reaches to find the batch holding the fetch offset:
 # entries are at most about `index.interval.bytes` (4 KiB by default) plus one batch apart.
 _READ_AHEAD = 16 * 1024
@@ -263,28 +280,26 @@ class LogSegment:
                 if position + HEADER_SIZE > self.size:
                     return NOTHING_FETCHED
                 data, at = os.pread(self._fd, min(max_bytes + _READ_AHEAD, self.size - position), position), 0
-            header = parse_batch_header(data, at)
-            if header.last_offset >= offset:
+            base_offset, size = _batch_bounds(data, at)
+            if base_offset + _LAST_OFFSET_DELTA.unpack_from(data, at + _LAST_OFFSET_DELTA_AT)[0] >= offset:
                 break
-            at += header.size
-        if header.base_offset >= max_offset:
+            at += size
+        if base_offset >= max_offset:
             return NOTHING_FETCHED
         # KIP-74: the first batch goes out whole even when bigger than max_bytes.
-        wanted = min(max(max_bytes, header.size), self.size - position - at)
+        wanted = min(max(max_bytes, size), self.size - position - at)
         if len(data) - at < wanted:
             position += at
             data, at = os.pread(self._fd, wanted, position), 0
         start, cap = at, at + wanted
-        end = at + header.size
-        last = header
+        last, end = at, at + size
         while end + HEADER_SIZE <= cap:
-            header = parse_batch_header(data, end)
-            if header.base_offset >= max_offset or end + header.size > cap:
+            base_offset, size = _batch_bounds(data, end)
+            if base_offset >= max_offset or end + size > cap:
                 break
-            end += header.size
-            last = header
+            last, end = end, end + size
         records = data if start == 0 and end == len(data) else data[start:end]
-        return FetchedBatches(records, last.last_offset + 1)
+        return FetchedBatches(records, parse_batch_header(data, last).last_offset + 1)
 
     def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is at least `timestamp`,
