@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from onceflow.log import loader
 from onceflow.log.batch import validate_batches
 from onceflow.log.log import AppendResult, PartitionLog
 from onceflow.log.producer_state import list_snapshots
@@ -293,13 +294,13 @@ def test_a_periodic_snapshot_bounds_the_replay_after_a_crash(tmp_path: Path, mon
     log.close(flush=False)
 
     replayed: list[int] = []
-    original = PartitionLog._headers_from
+    original = loader._batches_from
 
-    def counting(self: PartitionLog, offset: int):  # type: ignore[no-untyped-def]
+    def counting(segments, offset: int):  # type: ignore[no-untyped-def]
         replayed.append(offset)
-        return original(self, offset)
+        return original(segments, offset)
 
-    monkeypatch.setattr(PartitionLog, "_headers_from", counting)
+    monkeypatch.setattr(loader, "_batches_from", counting)
     reopened = open_log(tmp_path)
     assert replayed == [4]  # the replay starts at the snapshot, not at offset 0
     assert append(reopened, idempotent(7, 0, 5)).duplicate

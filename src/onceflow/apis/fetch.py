@@ -19,8 +19,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request, leader_endpoints, names_by_topic_id
-from onceflow.log.batch import next_offset_after
 from onceflow.log.errors import LogError
+from onceflow.log.log import PartitionLog
 
 API_KEY = 1
 MIN_VERSION = 4
@@ -40,20 +40,21 @@ def handle(request: Request) -> Any:
         return request.respond(
             throttle_time=0, error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=[]
         )
-    responses, size = _read(request)
+    responses, size, logs = _read(request)
     max_wait_ms = body.max_wait.total_seconds() * 1000
     if size >= body.min_bytes or max_wait_ms <= 0:
         return _respond(request, responses)
-    return _long_poll(request, time.monotonic() + max_wait_ms / 1000)
+    return _long_poll(request, logs, time.monotonic() + max_wait_ms / 1000)
 
 
-async def _long_poll(request: Request, deadline: float) -> Any:
+async def _long_poll(request: Request, logs: list[PartitionLog], deadline: float) -> Any:
+    """Wait for the partitions read (only a flush of one of them wakes this fetch), read again."""
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        await request.broker.wait_for_data(remaining)
-        responses, size = _read(request)
+        await request.broker.wait_for_data(logs, remaining)
+        responses, size, logs = _read(request)
         if size >= request.body.min_bytes:
             return _respond(request, responses)
     return _respond(request, _read(request)[0])
@@ -75,7 +76,8 @@ def _respond(request: Request, responses: list[dict[str, Any]]) -> Any:
     )
 
 
-def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
+def _read(request: Request) -> tuple[list[dict[str, Any]], int, list[PartitionLog]]:
+    """The response's topics, the bytes of records in them, and the partition logs read."""
     body = request.body
     broker = request.broker
     logs = broker.logs
@@ -86,9 +88,10 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
     follower = replica_id >= 0 and broker.cluster is not None
     read_committed = body.isolation_level == READ_COMMITTED and not follower
     # The broker's own cap bounds the memory one response takes, whatever the client asks for.
-    budget = min(body.max_bytes, broker.config.get_int("fetch.max.bytes"))
+    budget = min(body.max_bytes, broker.config.fetch_max_bytes)
     total = 0
     responses = []
+    read_logs = []
     names = names_by_topic_id(request, FIRST_VERSION_WITH_TOPIC_IDS)
     for topic in body.topics:
         name = topic.topic if names is None else names.get(topic.topic_id)
@@ -115,8 +118,9 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
             lso = log.last_stable_offset(hw)
             limit = min(wanted.partition_max_bytes, budget)
             upto = log.flushed_offset if follower else lso if read_committed else hw
+            read_logs.append(log)
             try:
-                records = log.read(wanted.fetch_offset, limit, upto)
+                records, next_offset = log.read_batches(wanted.fetch_offset, limit, upto)
             except LogError as error:
                 partitions.append(
                     _partition_error(wanted.partition, error.error_code, hw, log.log_start_offset)
@@ -131,7 +135,7 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
             if read_committed and records:
                 aborted = [
                     {"producer_id": entry.producer_id, "first_offset": entry.first_offset}
-                    for entry in log.aborted_transactions(wanted.fetch_offset, next_offset_after(records))
+                    for entry in log.aborted_transactions(wanted.fetch_offset, next_offset)
                 ]
             partitions.append(
                 {
@@ -146,7 +150,7 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int]:
                 }
             )
         responses.append({"topic": name, "topic_id": topic_id, "partitions": partitions})
-    return responses, total
+    return responses, total, read_logs
 
 
 def _partition_error(

@@ -80,18 +80,31 @@ def parse_assignments(pairs: Iterable[str]) -> dict[str, str]:
 @dataclass(frozen=True)
 class BrokerConfig:
     props: Mapping[str, str] = field(default_factory=dict)
+    # Every value parsed once, at start-up: requests read typed values, never strings.
+    _ints: dict[str, int] = field(init=False, repr=False, compare=False)
+    _bools: dict[str, bool] = field(init=False, repr=False, compare=False)
+    _log_config: LogConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Fail at start-up, not on first use.
+        ints: dict[str, int] = {}
+        bools: dict[str, bool] = {}
         for key in DEFAULTS:
             if key not in ("cluster.id", "advertised.listeners", "zookeeper.connect"):
                 value = self.get(key)
-                if value not in _BOOLEANS and not value.lstrip("-").isdigit():
+                if value in _BOOLEANS:
+                    bools[key] = _BOOLEANS[value]
+                elif value.lstrip("-").isdigit():
+                    ints[key] = int(value)
+                else:
                     raise ConfigError(f"{key}: {value!r} is not a number or boolean")
         try:
-            LogConfig.from_kafka(self.props)
+            log_config = LogConfig.from_kafka(self.props)
         except ValueError as error:
             raise ConfigError(str(error)) from error
+        object.__setattr__(self, "_ints", ints)
+        object.__setattr__(self, "_bools", bools)
+        object.__setattr__(self, "_log_config", log_config)
 
     @classmethod
     def load(cls, file: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
@@ -108,10 +121,16 @@ class BrokerConfig:
         return self.props.get(key, DEFAULTS.get(key, ""))
 
     def get_int(self, key: str) -> int:
-        return int(self.get(key))
+        value = self._ints.get(key)
+        return int(self.get(key)) if value is None else value
 
     def get_bool(self, key: str) -> bool:
-        return _BOOLEANS[self.get(key).lower()]
+        value = self._bools.get(key)
+        return _BOOLEANS[self.get(key).lower()] if value is None else value
+
+    @property
+    def fetch_max_bytes(self) -> int:
+        return self._ints["fetch.max.bytes"]
 
     def advertised_endpoint(self) -> tuple[str, int] | None:
         """Host and port from `advertised.listeners=PLAINTEXT://host:port`, if set."""
@@ -126,4 +145,4 @@ class BrokerConfig:
 
     @property
     def log_config(self) -> LogConfig:
-        return LogConfig.from_kafka(self.props)
+        return self._log_config

@@ -118,7 +118,9 @@ class Broker:
         self.node_id = config.get_int("node.id")
         self.cluster_id = config.get("cluster.id")
         self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
-        self._fetch_waiters: set[asyncio.Future[None]] = set()
+        # Long-polling fetches by the partitions they read: a flush wakes only the fetches
+        # waiting on the partitions it flushed (Kafka's delayed fetches, keyed by partition).
+        self._fetch_waiters: dict[DurableLog, set[asyncio.Future[None]]] = {}
         self._durability_waiters: list[tuple[list[tuple[DurableLog, int]], asyncio.Future[None]]] = []
         self._dirty: set[DurableLog] = set()
         self._flush_requested = asyncio.Event()
@@ -180,8 +182,9 @@ class Broker:
         for task in stopping:
             task.cancel()
         await asyncio.gather(*stopping, return_exceptions=True)
-        for waiter in self._fetch_waiters:
-            waiter.cancel()
+        for waiters in self._fetch_waiters.values():
+            for waiter in waiters:
+                waiter.cancel()
         await asyncio.get_running_loop().run_in_executor(self._fsync_threads, self.logs.close)
         self._fsync_threads.shutdown(wait=True)
         self._cleaner_thread.shutdown(wait=True)
@@ -316,7 +319,7 @@ class Broker:
         # Only a moved high watermark wakes anyone: a long-polling follower re-reads (and so
         # comes here) on every wake-up, and waking the others each time would make them spin.
         if moved and self.high_watermark(topic, partition, partition_log) > before:
-            self._wake_fetches()  # consumers at the high watermark, and acks=all produces
+            self._wake_fetches([partition_log])  # consumers at the high watermark, and acks=all produces
         isr = view.isr(topic, partition)
         if (
             replica_id not in isr
@@ -443,9 +446,11 @@ class Broker:
 
     # -- appends and durability ------------------------------------------------
     def appended(self, logs: Iterable[DurableLog]) -> None:
-        """Record new data. It becomes visible to fetches once fsynced; a waiting fetch asks for that now."""
+        """Record new data. It becomes visible to fetches once fsynced; a fetch waiting on one
+        of `logs` asks for that now."""
+        logs = tuple(logs)
         self._dirty.update(logs)
-        if self._fetch_waiters:
+        if any(partition in self._fetch_waiters for partition in logs):
             self._flush_requested.set()
 
     async def wait_durable(self, logs: Iterable[DurableLog]) -> None:
@@ -460,18 +465,25 @@ class Broker:
         self._flush_requested.set()
         await waiter
 
-    async def wait_for_data(self, timeout_s: float) -> None:
-        """Sleep until the high watermark of any partition moves or the timeout passes."""
+    async def wait_for_data(self, logs: Iterable[DurableLog], timeout_s: float) -> None:
+        """Sleep until the high watermark of one of `logs` may have moved or the timeout passes."""
         waiter = asyncio.get_running_loop().create_future()
-        self._fetch_waiters.add(waiter)
-        if self._dirty:
+        logs = tuple(logs)
+        for partition in logs:
+            self._fetch_waiters.setdefault(partition, set()).add(waiter)
+        if any(partition in self._dirty for partition in logs):
             self._flush_requested.set()
         try:
             await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError:
             pass
         finally:
-            self._fetch_waiters.discard(waiter)
+            for partition in logs:
+                waiters = self._fetch_waiters.get(partition)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._fetch_waiters[partition]
 
     async def _flusher(self) -> None:
         loop = asyncio.get_running_loop()
@@ -487,7 +499,7 @@ class Broker:
                 self._dirty |= dirty
                 await asyncio.sleep(0.1)
                 continue
-            self._wake_fetches()
+            self._wake_fetches(dirty)
             still_waiting = []
             for targets, waiter in self._durability_waiters:
                 # A log deleted meanwhile will never flush further; its data is gone anyway.
@@ -506,13 +518,14 @@ class Broker:
         partition.flush()
         self.metrics.flushed(time.perf_counter() - started)
 
-    def _wake_fetches(self) -> None:
+    def _wake_fetches(self, logs: Iterable[DurableLog]) -> None:
+        """The high watermarks of `logs` may have moved: wake the fetches waiting on them."""
         if self._replication_waiters:
             self._wake_replication()  # a flush moves the high watermark too
-        for waiter in self._fetch_waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._fetch_waiters.clear()
+        for partition in logs:
+            for waiter in self._fetch_waiters.pop(partition, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def _write_behind(self) -> None:
         """acks=0/1 data nobody waits for is flushed every log.flush.interval.ms."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -25,11 +26,12 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     min_cleanable_dirty_ratio: float = 0.5
 
-    @property
+    # Cached: appends ask for every batch (the frozen dataclass's fields never change).
+    @functools.cached_property
     def compact(self) -> bool:
         return "compact" in _policies(self.cleanup_policy)
 
-    @property
+    @functools.cached_property
     def delete(self) -> bool:
         return "delete" in _policies(self.cleanup_policy)
 

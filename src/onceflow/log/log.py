@@ -1,4 +1,5 @@
-"""A partition's log: an ordered list of segments plus the producer state.
+"""A partition's live log: an ordered list of segments plus the producer state (opened and
+recovered by `loader.py`).
 
 Threading: everything runs on one thread (the event loop) except `flush`, which a worker
 thread may run at the same time as `append`. `flush` only reads a few ints and a copy of the
@@ -10,28 +11,21 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.log.batch import BatchHeader, control_batch_is_commit, decode_records, patch_base_offset
+from onceflow.log.batch import BatchHeader, decode_records, patch_base_offset
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogReadError
 from onceflow.log.files import fsync_directory, write_atomically
 from onceflow.log.leader_epochs import LeaderEpochCheckpoint
+from onceflow.log.loader import load_log
 from onceflow.log.producer_state import CompletedTransaction, ProducerStateManager, write_snapshot
-from onceflow.log.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    MAX_RELATIVE_OFFSET,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    AbortedTransaction,
-    LogSegment,
-    finish_interrupted_cleaning,
-)
+from onceflow.log.segment import MAX_RELATIVE_OFFSET, NOTHING_FETCHED, FetchedBatches, LogSegment
+from onceflow.log.transaction_index import AbortedTransaction, aborted_entry
 
 _log = logging.getLogger(__name__)
 
@@ -56,6 +50,7 @@ class PartitionLog:
         config: LogConfig,
         segments: list[LogSegment],
         producer_state: ProducerStateManager,
+        aborted: list[AbortedTransaction],
     ) -> None:
         self.directory = directory
         self.config = config
@@ -69,7 +64,7 @@ class PartitionLog:
         self._close_after_flush: list[LogSegment] = []
         self._closed = False
         self._last_snapshot_offset = self.log_end_offset
-        self._aborted: list[AbortedTransaction] = []  # ordered by marker offset
+        self._aborted = aborted  # ordered by marker offset
         # New segment files need a directory fsync before their data counts as durable.
         self._segments_created = 0
         self._segments_created_synced = 0
@@ -87,31 +82,9 @@ class PartitionLog:
     @classmethod
     def open(cls, directory: Path, config: LogConfig, recovery_point: int, now_ms: int) -> PartitionLog:
         """Open (or create) the log in `directory`, recovering everything written at or
-        after `recovery_point` (the last offset known to be fsynced)."""
-        directory.mkdir(parents=True, exist_ok=True)
-        if finish_interrupted_cleaning(directory):
-            fsync_directory(directory)
-        base_offsets = _discover_segments(directory)
-        if base_offsets:
-            segments = [LogSegment.open(directory, base) for base in base_offsets]
-            segments = _recover(segments, recovery_point, config.index_interval_bytes)
-        else:
-            segments = [LogSegment.create(directory, 0)]
-            fsync_directory(directory)
-        producer_state = ProducerStateManager()
-        log = cls(directory, config, segments, producer_state)
-        snapshot_offset = producer_state.load_latest_snapshot(directory, log.log_end_offset)
-        replay_from = max(snapshot_offset, log.log_start_offset)
-        for segment in segments:
-            # Aborts at or after the replay start are found again by the replay.
-            segment.txn_index.truncate_to(replay_from)
-        log._aborted = [entry for segment in segments for entry in segment.txn_index.entries]
-        for header in log._headers_from(replay_from):
-            # Replayed producers count as active now: their real idle time is unknown.
-            completed = producer_state.update(header, header.base_offset, now_ms)
-            if completed is not None:
-                log._record_completion(completed, log.read(header.base_offset, 1))
-        producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
+        after `recovery_point` (the last offset known to be fsynced); see `loader.py`."""
+        loaded = load_log(directory, config, recovery_point, now_ms)
+        log = cls(directory, config, loaded.segments, loaded.producer_state, loaded.aborted)
         log._restore_log_start_offset()
         return log
 
@@ -249,8 +222,10 @@ class PartitionLog:
         snapshot_offset = self.producer_state.load_latest_snapshot(self.directory, offset)
         replay_from = max(snapshot_offset, self.log_start_offset)
         self._last_snapshot_offset = replay_from
-        for header in self._headers_from(replay_from):
-            self.producer_state.update(header, header.base_offset, now_ms)
+        first = max(bisect_right(self._segments, replay_from, key=_base_offset) - 1, 0)
+        for segment in self._segments[first:]:
+            for header in segment.batches_from(replay_from):
+                self.producer_state.update(header, header.base_offset, now_ms)
 
     def _check_keys(self, records: bytearray, headers: list[BatchHeader]) -> None:
         """A compacted topic keeps the last record per key, so every record needs one (Kafka's
@@ -270,15 +245,9 @@ class PartitionLog:
 
     def _record_completion(self, completed: CompletedTransaction, marker: bytes | bytearray) -> None:
         """Index a transaction that its marker ended, if the marker is an ABORT."""
-        if control_batch_is_commit(bytes(marker)):
+        entry = aborted_entry(completed, marker, self.producer_state.first_unstable_offset())
+        if entry is None:
             return
-        unstable = self.producer_state.first_unstable_offset()
-        entry = AbortedTransaction(
-            completed.producer_id,
-            completed.first_offset,
-            completed.marker_offset,
-            completed.marker_offset + 1 if unstable is None else unstable,
-        )
         segment_index = bisect_right(self._segments, completed.marker_offset, key=_base_offset) - 1
         self._segments[segment_index].txn_index.append(entry)
         self._aborted.append(entry)
@@ -315,6 +284,11 @@ class PartitionLog:
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Whole batches from the one containing `offset`: up to `max_bytes`, but at least
         one batch when there is one (KIP-74), and none starting at or after `max_offset`."""
+        return self.read_batches(offset, max_bytes, max_offset).records
+
+    def read_batches(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FetchedBatches:
+        """As `read`, with the offset after the batches read (a fetch's upper bound for the
+        aborted transactions it lists)."""
         if not self.log_start_offset <= offset <= self.log_end_offset:
             raise LogReadError(
                 ErrorCode.offset_out_of_range,
@@ -322,15 +296,15 @@ class PartitionLog:
             )
         limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
         if offset >= limit:  # the common case of a consumer waiting at the end
-            return b""
+            return NOTHING_FETCHED
         first = bisect_right(self._segments, offset, key=_base_offset) - 1
         for segment in self._segments[first:]:
             if segment.base_offset >= limit:
                 break
-            data = segment.read(offset, max_bytes, limit)
-            if data:
-                return data
-        return b""
+            fetched = segment.read(offset, max_bytes, limit)
+            if fetched.records:
+                return fetched
+        return NOTHING_FETCHED
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(base offset, max timestamp) of the first batch whose max timestamp is at least
@@ -350,11 +324,6 @@ class PartitionLog:
             return None
         newest = max(non_empty, key=lambda segment: segment.max_timestamp)
         return newest.find_timestamp(newest.max_timestamp)
-
-    def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
-        first = max(bisect_right(self._segments, offset, key=_base_offset) - 1, 0)
-        for segment in self._segments[first:]:
-            yield from segment.batches_from(offset)
 
     @property
     def size_bytes(self) -> int:
@@ -541,51 +510,3 @@ def _base_offset(segment: LogSegment) -> int:
 
 def _marker_offset(entry: AbortedTransaction) -> int:
     return entry.last_offset
-
-
-def _discover_segments(directory: Path) -> list[int]:
-    """Base offsets of the segment files; index files left without their log are removed."""
-    paths = list(directory.iterdir())
-    base_offsets = {int(path.stem) for path in paths if path.suffix == LOG_SUFFIX and path.stem.isdigit()}
-    for path in paths:
-        is_index = path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and path.stem.isdigit()
-        if is_index and int(path.stem) not in base_offsets:
-            path.unlink()
-    return sorted(base_offsets)
-
-
-def _recover(segments: list[LogSegment], recovery_point: int, index_interval_bytes: int) -> list[LogSegment]:
-    """Trust the segments wholly below the one containing `recovery_point`; verify the rest
-    batch by batch and cut the log at the first torn or corrupt batch."""
-    base_offsets = [segment.base_offset for segment in segments]
-    containing = max(bisect_right(base_offsets, recovery_point) - 1, 0)
-    for i, segment in enumerate(segments):
-        # Cleaned segments leave gaps, so a segment may start past the end of the last one.
-        if i and segment.base_offset < segments[i - 1].next_offset:
-            _log.error(
-                "%s: overlaps the segment before, which ends at %d; dropping it and the segments after it",
-                segment.log_path,
-                segments[i - 1].next_offset,
-            )
-            return _drop_segments(segments, i)
-        trusted = i < containing
-        verify_from = None if trusted else recovery_point if i == containing else segment.base_offset
-        truncated = segment.recover(verify_from, index_interval_bytes)
-        if trusted:
-            segment.synced_size = segment.size
-        else:
-            # What survived may only be in the page cache (after a process kill): make it
-            # durable so that the whole recovered log counts as flushed.
-            segment.sync(segment.size, with_indexes=False)
-        if truncated:
-            return _drop_segments(segments, i + 1)
-    return segments
-
-
-def _drop_segments(segments: list[LogSegment], keep: int) -> list[LogSegment]:
-    for segment in segments[keep:]:
-        segment.close()
-        segment.delete_files()
-    if segments[keep:]:
-        fsync_directory(segments[0].log_path.parent)
-    return segments[:keep]

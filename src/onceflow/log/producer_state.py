@@ -7,6 +7,7 @@ batches appended after it.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import re
 import struct
@@ -98,6 +99,11 @@ class DuplicateBatch:
 class ProducerStateManager:
     def __init__(self) -> None:
         self._producers: dict[int, ProducerStateEntry] = {}
+        # The open transactions' first offsets, by producer id, and the same as a min-heap of
+        # (first offset, producer id) so every fetch finds the LSO without scanning producers.
+        # Ended transactions stay in the heap until they reach its top (or it is rebuilt).
+        self._ongoing: dict[int, int] = {}
+        self._ongoing_heap: list[tuple[int, int]] = []
 
     def get(self, producer_id: int) -> ProducerStateEntry | None:
         return self._producers.get(producer_id)
@@ -107,14 +113,41 @@ class ProducerStateManager:
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction: the LSO cannot pass it."""
-        return min(
-            (
-                entry.current_txn_first_offset
-                for entry in self._producers.values()
-                if entry.current_txn_first_offset >= 0
-            ),
-            default=None,
-        )
+        heap = self._ongoing_heap
+        while heap:
+            first_offset, producer_id = heap[0]
+            if self._ongoing.get(producer_id) == first_offset:
+                return first_offset
+            heapq.heappop(heap)  # a transaction that has ended since
+        return None
+
+    def _begin_transaction(self, entry: ProducerStateEntry, first_offset: int) -> None:
+        entry.current_txn_first_offset = first_offset
+        self._ongoing[entry.producer_id] = first_offset
+        heapq.heappush(self._ongoing_heap, (first_offset, entry.producer_id))
+
+    def _end_transaction(self, entry: ProducerStateEntry) -> int:
+        """Forget the producer's open transaction; returns its first offset (-1: none)."""
+        first_offset, entry.current_txn_first_offset = entry.current_txn_first_offset, -1
+        self._ongoing.pop(entry.producer_id, None)
+        if len(self._ongoing_heap) > 2 * len(self._ongoing) + 16:
+            # Ended transactions pile up below a long open one: drop them, amortized O(1).
+            self._rebuild_ongoing_heap()
+        return first_offset
+
+    def _rebuild_ongoing(self) -> None:
+        self._ongoing = {
+            producer_id: entry.current_txn_first_offset
+            for producer_id, entry in self._producers.items()
+            if entry.current_txn_first_offset >= 0
+        }
+        self._rebuild_ongoing_heap()
+
+    def _rebuild_ongoing_heap(self) -> None:
+        self._ongoing_heap = [
+            (first_offset, producer_id) for producer_id, first_offset in self._ongoing.items()
+        ]
+        heapq.heapify(self._ongoing_heap)
 
     def check_and_prepare(self, header: BatchHeader) -> DuplicateBatch | None:
         """Check a batch against the producer's epoch and sequence without changing state.
@@ -172,14 +205,14 @@ class ProducerStateManager:
             self._producers[header.producer_id] = entry
         entry.last_timestamp = now_ms
         if header.is_control:
-            first_offset, entry.current_txn_first_offset = entry.current_txn_first_offset, -1
+            first_offset = self._end_transaction(entry)
             return (
                 CompletedTransaction(header.producer_id, first_offset, base_offset)
                 if first_offset >= 0
                 else None
             )
         if header.is_transactional and entry.current_txn_first_offset < 0:
-            entry.current_txn_first_offset = base_offset
+            self._begin_transaction(entry, base_offset)
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -234,6 +267,7 @@ class ProducerStateManager:
         return its offset (0 when there is none). Snapshots above `max_offset` describe data
         that no longer exists and are deleted, as are unreadable ones."""
         self._producers = {}
+        self._rebuild_ongoing()
         for leftover in directory.glob(f"*{SNAPSHOT_SUFFIX}.tmp"):
             leftover.unlink(missing_ok=True)
         for path in reversed(list_snapshots(directory)):
@@ -247,6 +281,7 @@ class ProducerStateManager:
                 _log.warning("%s: ignoring unreadable producer snapshot: %s", path, exc)
                 path.unlink()
                 continue
+            self._rebuild_ongoing()
             return offset
         return 0
 

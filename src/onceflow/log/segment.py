@@ -1,26 +1,18 @@
-"""One segment of a partition log: the `.log` file, its sparse offset and time indexes, and
-the index of transactions aborted in it.
-
-Index entries live in `array.array`s (a few bytes each) and are written through to their
-files as they are added. Index files are not fsynced on the append path: after a crash they
-are checked when loaded and rebuilt from the log when they do not make sense.
-"""
+"""One segment of a partition log: the `.log` file and its indexes (`index.py`,
+`transaction_index.py`), plus the segment files' names and the cleaner's swaps."""
 
 from __future__ import annotations
 
 import logging
 import os
 import struct
-import sys
-from array import array
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
+from typing import NamedTuple
 
 from onceflow.log.batch import (
     HEADER_SIZE,
+    LOG_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
     batch_crc_matches,
@@ -28,8 +20,38 @@ from onceflow.log.batch import (
     parse_batch_header,
 )
 from onceflow.log.files import write_fully
+from onceflow.log.index import OffsetIndex, TimeIndex, open_file
+from onceflow.log.transaction_index import TransactionIndex
 
 _log = logging.getLogger(__name__)
+
+
+class FetchedBatches(NamedTuple):
+    """What a read returns (Kafka's `FetchDataInfo`): whole batches and the offset after them."""
+
+    records: bytes
+    next_offset: int  # the offset after the last batch; meaningless when `records` is empty
+
+
+NOTHING_FETCHED = FetchedBatches(b"", -1)
+# The walk over stored batches reads only what it needs: base offset and length, and the
+# last offset delta of the batches it looks for the fetch offset in.
+_BASE_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+
+
+def _batch_bounds(data: bytes, position: int) -> tuple[int, int]:
+    """(base offset, size) of the stored batch at `position`."""
+    base_offset, length = _BASE_OFFSET_AND_LENGTH.unpack_from(data, position)
+    if length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch length {length} at byte {position} is too small")
+    return base_offset, length + LOG_OVERHEAD
+
+
+# How far past the index entry one read reaches to find the batch holding the fetch offset:
+# entries are at most about `index.interval.bytes` (4 KiB by default) plus one batch apart.
+_READ_AHEAD = 16 * 1024
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -45,253 +67,11 @@ SWAP_SUFFIX = ".swap"
 # Relative offsets and file positions are int32, as in Kafka's index formats.
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
-# Index files are big-endian like Kafka's; arrays hold native ints.
-_SWAP_BYTES = sys.byteorder == "little"
-_OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
-_TIME_ENTRY = struct.Struct(">qi")  # max timestamp so far, relative offset
-# Kafka's .txnindex entry: version, producer id, first offset, last offset, last stable offset
-_ABORTED_ENTRY = struct.Struct(">hqqqq")
 _SCAN_CHUNK = 64 * 1024
 
 
 def segment_path(directory: Path, base_offset: int, suffix: str) -> Path:
     return directory / f"{base_offset:020d}{suffix}"
-
-
-def _strictly_increasing(values: array[int]) -> bool:
-    return all(a < b for a, b in zip(values, islice(values, 1, None), strict=False))
-
-
-def _open_file(path: Path, truncate: bool) -> int:
-    flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if truncate else 0)
-    return os.open(path, flags, 0o644)
-
-
-class OffsetIndex:
-    """Sparse map from offset to the file position of the batch that starts there."""
-
-    ENTRY_SIZE = _OFFSET_ENTRY.size
-
-    def __init__(self, path: Path, base_offset: int, truncate: bool) -> None:
-        self.path = path
-        self.base_offset = base_offset
-        self.relative_offsets = array("i")
-        self.positions = array("i")
-        self._fd = _open_file(path, truncate)
-
-    def __len__(self) -> int:
-        return len(self.positions)
-
-    def load(self) -> bool:
-        """Read the file; False (and an empty index) when it is not a plausible index."""
-        data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
-        if len(data) % self.ENTRY_SIZE:
-            self.clear()
-            return False
-        pairs = array("i")
-        pairs.frombytes(data)
-        if _SWAP_BYTES:
-            pairs.byteswap()
-        self.relative_offsets = pairs[0::2]
-        self.positions = pairs[1::2]
-        # The batch at position 0 is never indexed, so a zero entry is a torn write.
-        plausible = not pairs or (
-            self.relative_offsets[0] > 0
-            and self.positions[0] > 0
-            and _strictly_increasing(self.relative_offsets)
-            and _strictly_increasing(self.positions)
-        )
-        if not plausible:
-            self.clear()
-        return plausible
-
-    def append(self, offset: int, position: int) -> None:
-        relative = offset - self.base_offset
-        write_fully(self._fd, _OFFSET_ENTRY.pack(relative, position), len(self) * self.ENTRY_SIZE)
-        self.relative_offsets.append(relative)
-        self.positions.append(position)
-
-    def lookup(self, offset: int) -> tuple[int, int] | None:
-        """The last entry (offset, position) at or before `offset`."""
-        i = bisect_right(self.relative_offsets, offset - self.base_offset) - 1
-        if i < 0:
-            return None
-        return self.base_offset + self.relative_offsets[i], self.positions[i]
-
-    def last_entry(self) -> tuple[int, int] | None:
-        if not self.positions:
-            return None
-        return self.base_offset + self.relative_offsets[-1], self.positions[-1]
-
-    def truncate_to(self, position: int) -> None:
-        """Drop the entries at or after `position`."""
-        keep = bisect_left(self.positions, position)
-        del self.relative_offsets[keep:]
-        del self.positions[keep:]
-        os.ftruncate(self._fd, keep * self.ENTRY_SIZE)
-
-    def clear(self) -> None:
-        self.truncate_to(0)
-
-    def sync(self) -> None:
-        os.fsync(self._fd)
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-class TimeIndex:
-    """Sparse map from the segment's running max timestamp to the offset where it was reached."""
-
-    ENTRY_SIZE = _TIME_ENTRY.size
-
-    def __init__(self, path: Path, base_offset: int, truncate: bool) -> None:
-        self.path = path
-        self.base_offset = base_offset
-        self.timestamps = array("q")
-        self.relative_offsets = array("i")
-        self._fd = _open_file(path, truncate)
-
-    def __len__(self) -> int:
-        return len(self.timestamps)
-
-    def load(self) -> bool:
-        """Read the file; False (and an empty index) when it is not a plausible index."""
-        data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
-        if len(data) % self.ENTRY_SIZE:
-            self.clear()
-            return False
-        for timestamp, relative in _TIME_ENTRY.iter_unpack(data):
-            self.timestamps.append(timestamp)
-            self.relative_offsets.append(relative)
-        plausible = (
-            _strictly_increasing(self.timestamps)
-            and _strictly_increasing(self.relative_offsets)
-            and (not self.relative_offsets or self.relative_offsets[0] > 0)
-        )
-        if not plausible:
-            self.clear()
-        return plausible
-
-    @property
-    def last_timestamp(self) -> int:
-        return self.timestamps[-1] if self.timestamps else -1
-
-    def maybe_append(self, timestamp: int, offset: int) -> None:
-        if timestamp <= self.last_timestamp:
-            return
-        relative = offset - self.base_offset
-        write_fully(self._fd, _TIME_ENTRY.pack(timestamp, relative), len(self) * self.ENTRY_SIZE)
-        self.timestamps.append(timestamp)
-        self.relative_offsets.append(relative)
-
-    def offset_before(self, timestamp: int) -> int | None:
-        """The offset of the last entry whose timestamp is below `timestamp`: every batch
-        starting at or before it has a max timestamp below `timestamp` too."""
-        i = bisect_left(self.timestamps, timestamp) - 1
-        if i < 0:
-            return None
-        return self.base_offset + self.relative_offsets[i]
-
-    def truncate_to(self, offset: int) -> None:
-        """Drop the entries at or after `offset`."""
-        keep = bisect_left(self.relative_offsets, offset - self.base_offset)
-        del self.timestamps[keep:]
-        del self.relative_offsets[keep:]
-        os.ftruncate(self._fd, keep * self.ENTRY_SIZE)
-
-    def clear(self) -> None:
-        self.truncate_to(self.base_offset)
-
-    def sync(self) -> None:
-        os.fsync(self._fd)
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedTransaction:
-    producer_id: int
-    first_offset: int
-    last_offset: int  # the offset of its ABORT marker
-    last_stable_offset: int  # the partition's LSO right after the marker
-
-
-class TransactionIndex:
-    """The transactions whose ABORT marker landed in this segment (Kafka's `.txnindex`).
-
-    The file exists only once a segment has an entry. It is fsynced before the log, so a
-    durable marker always has its entry; an entry whose marker was lost is dropped on open.
-    """
-
-    def __init__(self, path: Path, truncate: bool) -> None:
-        self.path = path
-        self.entries: list[AbortedTransaction] = []
-        self._fd: int | None = None
-        self.dirty = False
-        if truncate:
-            path.unlink(missing_ok=True)
-
-    def load(self) -> None:
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        whole = len(data) - len(data) % _ABORTED_ENTRY.size  # a torn last entry is dropped
-        self.entries = [
-            AbortedTransaction(*fields[1:]) for fields in _ABORTED_ENTRY.iter_unpack(data[:whole])
-        ]
-        if whole != len(data):
-            self._rewrite()
-
-    def create(self) -> None:
-        self._file()
-        self.dirty = True
-
-    def append(self, entry: AbortedTransaction) -> None:
-        self.entries.append(entry)
-        write_fully(self._file(), _encode_aborted(entry), (len(self.entries) - 1) * _ABORTED_ENTRY.size)
-        self.dirty = True
-
-    def truncate_to(self, offset: int) -> None:
-        """Drop the entries whose marker is at or after `offset`."""
-        kept = [entry for entry in self.entries if entry.last_offset < offset]
-        if len(kept) != len(self.entries):
-            self.entries = kept
-            self._rewrite()
-
-    def sync(self) -> None:
-        if self._fd is not None and self.dirty:
-            # Cleared before the fsync: an entry the event loop appends while it runs must
-            # leave the index dirty for the next sync.
-            self.dirty = False
-            try:
-                os.fsync(self._fd)
-            except BaseException:
-                self.dirty = True
-                raise
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def _file(self) -> int:
-        if self._fd is None:
-            self._fd = _open_file(self.path, truncate=False)
-        return self._fd
-
-    def _rewrite(self) -> None:
-        fd = self._file()
-        os.ftruncate(fd, 0)
-        write_fully(fd, b"".join(_encode_aborted(entry) for entry in self.entries), 0)
-        self.dirty = True
-
-
-def _encode_aborted(entry: AbortedTransaction) -> bytes:
-    return _ABORTED_ENTRY.pack(
-        0, entry.producer_id, entry.first_offset, entry.last_offset, entry.last_stable_offset
-    )
 
 
 class LogSegment:
@@ -313,7 +93,7 @@ class LogSegment:
         self.txn_index = TransactionIndex(
             segment_path(directory, base_offset, TXN_INDEX_SUFFIX + temporary), truncate
         )
-        self._fd = _open_file(self.log_path, truncate)
+        self._fd = open_file(self.log_path, truncate)
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -496,23 +276,44 @@ class LogSegment:
             if header.last_offset >= offset:
                 yield header
 
-    def read(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
+    def read(self, offset: int, max_bytes: int, max_offset: int) -> FetchedBatches:
         """Whole batches from the one containing `offset`, up to `max_bytes` but at least
-        one, none starting at or after `max_offset`."""
+        one, none starting at or after `max_offset`.
+
+        One pread covers, in the common case, the way from the index entry to `offset` and
+        the batches after it; the headers are walked once. A second read happens only when
+        that way is longer than `_READ_AHEAD` or the first batch is bigger than `max_bytes`.
+        """
         entry = self.index.lookup(offset)
-        batches = self._scan(entry[1] if entry else 0, self.size)
-        first = next(((p, h) for p, h in batches if h.last_offset >= offset), None)
-        if first is None or first[1].base_offset >= max_offset:
-            return b""
-        start, header = first
-        data = os.pread(self._fd, min(max(max_bytes, header.size), self.size - start), start)
-        end = header.size
-        while end + HEADER_SIZE <= len(data):
-            header = parse_batch_header(data, end)
-            if header.base_offset >= max_offset or end + header.size > len(data):
+        position = entry[1] if entry else 0
+        data = b""
+        at = 0
+        while True:  # to the first batch that holds `offset`
+            if at + HEADER_SIZE > len(data):
+                position += at
+                if position + HEADER_SIZE > self.size:
+                    return NOTHING_FETCHED
+                data, at = os.pread(self._fd, min(max_bytes + _READ_AHEAD, self.size - position), position), 0
+            base_offset, size = _batch_bounds(data, at)
+            if base_offset + _LAST_OFFSET_DELTA.unpack_from(data, at + _LAST_OFFSET_DELTA_AT)[0] >= offset:
                 break
-            end += header.size
-        return data if end == len(data) else data[:end]
+            at += size
+        if base_offset >= max_offset:
+            return NOTHING_FETCHED
+        # KIP-74: the first batch goes out whole even when bigger than max_bytes.
+        wanted = min(max(max_bytes, size), self.size - position - at)
+        if len(data) - at < wanted:
+            position += at
+            data, at = os.pread(self._fd, wanted, position), 0
+        start, cap = at, at + wanted
+        last, end = at, at + size
+        while end + HEADER_SIZE <= cap:
+            base_offset, size = _batch_bounds(data, end)
+            if base_offset >= max_offset or end + size > cap:
+                break
+            last, end = end, end + size
+        records = data if start == 0 and end == len(data) else data[start:end]
+        return FetchedBatches(records, parse_batch_header(data, last).last_offset + 1)
 
     def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record whose timestamp is at least `timestamp`,

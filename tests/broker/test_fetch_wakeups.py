@@ -1,0 +1,65 @@
+"""A long-polling fetch is woken by the flushes of the partitions it reads, not by any flush."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onceflow import EmbeddedBroker
+from onceflow.apis import fetch
+from tests.conftest import wait_until
+from tests.wire import WireClient, make_batch, produce
+
+
+def _long_poll(client: WireClient, topic: str) -> Any:
+    return client.request(
+        1,
+        12,
+        max_wait=20_000,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            {
+                "topic": topic,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+
+
+def test_flushes_of_other_partitions_do_not_wake_a_waiting_fetch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []  # the bytes each read of the fetch handler found
+    original = fetch._read
+
+    def counting(request: Any) -> Any:
+        result = original(request)
+        reads.append(result[1])
+        return result
+
+    monkeypatch.setattr(fetch, "_read", counting)
+    with EmbeddedBroker(tmp_path) as broker, WireClient(broker.bootstrap_servers, timeout_s=30) as waiting:
+        with WireClient(broker.bootstrap_servers) as producing:
+            producing.create_topic("quiet", 1)
+            producing.create_topic("busy", 1)
+            answers: list[Any] = []
+            poll = threading.Thread(target=lambda: answers.append(_long_poll(waiting, "quiet")))
+            poll.start()
+            wait_until(lambda: reads == [0], timeout_s=10)  # the fetch waits on "quiet"
+            for index in range(5):  # each acks=all produce is answered after its flush
+                assert produce(producing, "busy", 0, make_batch([b"x"]), acks=-1).error_code == 0
+                assert reads == [0], f"a flush of another partition woke the fetch (produce {index})"
+            assert produce(producing, "quiet", 0, make_batch([b"wanted"]), acks=-1).error_code == 0
+            poll.join(timeout=15)
+    assert len(answers) == 1
+    assert answers[0].responses[0].partitions[0].records
+    assert reads[0] == 0 and reads[1] > 0 and len(reads) == 2
