@@ -52,6 +52,8 @@ def main() -> int:
         .config("spark.sql.shuffle.partitions", "2")
         # Every batch's progress is needed, not only the last 100.
         .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        # Spark's default, said out loud: the data source's clients live in its Python workers.
+        .config("spark.python.worker.reuse", "true")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

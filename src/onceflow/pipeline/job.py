@@ -172,6 +172,8 @@ def session(master: str) -> SparkSession:
         # Only the balances' per-account sums shuffle, and they are small.
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.ui.showConsoleProgress", "false")
+        # Spark's default, said out loud: the data source's clients live in its Python workers.
+        .config("spark.python.worker.reuse", "true")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")

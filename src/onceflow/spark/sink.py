@@ -14,6 +14,7 @@ task (a deterministic plan), as Spark's replay from the checkpoint does.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -235,18 +236,31 @@ def write_exactly_once(settings: SinkSettings, prefix: str, batch_id: int, rows:
     return TaskReport(partition, context.attemptNumber(), count, skipped)
 
 
+# An idempotent producer per client config and Python worker, lent to one task at a time. It is
+# flushed empty at the end of every task that succeeds; one whose task failed is not lent again.
+_idle_producers: dict[str, Producer] = {}
+
+
 def write_at_least_once(settings: SinkSettings, rows: Iterator[Row]) -> TaskReport:
     context = task_context()
-    producer = Producer({**settings.config, "enable.idempotence": True, "acks": "all"})
+    key = json.dumps(sorted(settings.config.items()), default=str)
+    producer = _idle_producers.pop(key, None)
+    if producer is None:  # not `or`: a Producer with an empty queue is falsy (len 0)
+        producer = Producer({**settings.config, "enable.idempotence": True, "acks": "all"})
     delivery = DeliveryErrors()
     count = 0
-    for row in rows:
-        produce(producer, settings.topic, row, delivery)
-        count += 1
-    remaining = producer.flush(CLIENT_TIMEOUT_S)
-    delivery.raise_first()
-    if remaining:
-        raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not delivered"))
+    try:
+        for row in rows:
+            produce(producer, settings.topic, row, delivery)
+            count += 1
+        remaining = producer.flush(CLIENT_TIMEOUT_S)
+        delivery.raise_first()
+        if remaining:
+            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not delivered"))
+    except BaseException:
+        producer.purge()  # the retried task writes these rows again
+        raise
+    _idle_producers[key] = producer
     return TaskReport(context.partitionId(), context.attemptNumber(), count, False)
 
 
