@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from onceflow import EmbeddedBroker
 from onceflow.spark import source
+from onceflow.spark.sink import OutRecord, out_records
 from onceflow.spark.source import OffsetRange, OnceflowStreamReader, read_range
 from tests.broker.test_metrics import scrape, value
 from tests.spark.helpers import produce_transactions
@@ -80,3 +82,23 @@ def test_a_python_worker_reads_range_after_range_with_one_consumer(broker: Embed
         assert source._idle_consumers == {key: consumer}
     finally:
         source._idle_consumers.pop(key).close()
+
+
+def test_the_sink_reads_records_from_arrow_columns() -> None:
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    full = pa.RecordBatch.from_arrays(
+        [
+            pa.array([b"a", None], pa.binary()),
+            pa.array([b"1", b"2"], pa.binary()),
+            pa.array(["t1", None], pa.string()),
+            pa.array([3, None], pa.int32()),
+            pa.array([[{"key": "h", "value": b"x"}], []], headers),
+        ],
+        names=["value", "key", "topic", "partition", "headers"],
+    )
+    only_values = pa.RecordBatch.from_arrays([pa.array([b"v"], pa.binary())], names=["value"])
+    assert list(out_records([full, only_values], "default")) == [
+        OutRecord("t1", b"1", b"a", [("h", b"x")], 3),
+        OutRecord("default", b"2", None, None, None),
+        OutRecord("default", None, b"v", None, None),
+    ]
