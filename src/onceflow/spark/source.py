@@ -78,14 +78,19 @@ class OffsetPlanner:
     def latest(self) -> Offsets:
         """The LSO of every partition of every subscribed topic: a metadata request, then one
         ListOffsets request per leader for all partitions at once."""
-        return self._list_offsets(OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        counts = self.subscription.partitions(self.admin, METADATA_TIMEOUT_S)
+        return self._list_offsets(OffsetSpec.latest(), counts)  # type: ignore[no-untyped-call]
 
     def bounds(self) -> tuple[Offsets, Offsets]:
         """Earliest offset and LSO of every partition of every subscribed topic."""
-        return self._list_offsets(OffsetSpec.earliest()), self.latest()  # type: ignore[no-untyped-call]
-
-    def _list_offsets(self, spec: OffsetSpec) -> Offsets:
+        # One listing for both, so that both name the same partitions.
         counts = self.subscription.partitions(self.admin, METADATA_TIMEOUT_S)
+        return (
+            self._list_offsets(OffsetSpec.earliest(), counts),  # type: ignore[no-untyped-call]
+            self._list_offsets(OffsetSpec.latest(), counts),  # type: ignore[no-untyped-call]
+        )
+
+    def _list_offsets(self, spec: OffsetSpec, counts: Mapping[str, int]) -> Offsets:
         wanted = {TopicPartition(topic, p): spec for topic, count in counts.items() for p in range(count)}
         offsets: Offsets = {topic: {} for topic in counts}
         if not wanted:
@@ -214,7 +219,9 @@ def read_range(
                     break
                 rows.add(message)
                 position = message.offset() + 1  # type: ignore[operator]
-                done = position >= offsets.end
+                if position >= offsets.end:
+                    done = True
+                    break
             if messages:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
