@@ -635,6 +635,10 @@ def spark(run: Run) -> Outcome:
         guarantee: {"p50_ms": _percentile(values, 50), "p99_ms": _percentile(values, 99)}
         for guarantee, values in batch_ms.items()
     }
+    stages = {guarantee: median_stages(runs) for guarantee, runs in streams.items()}
+    for guarantee, medians_ms in stages.items():
+        split = ", ".join(f"{stage} {ms:g}" for stage, ms in medians_ms.items())
+        run.step(f"Spark micro-batch, {guarantee}, median ms per stage: {split}")
     read_rate = statistics.median(figures["records_per_s"] for figures in job["read"])
     consumer_rate = statistics.median(figures["records_per_s"] for figures in consumer_reads)
     outcome.figures.update(
@@ -642,6 +646,7 @@ def spark(run: Run) -> Outcome:
             "stream": streams,
             "median_records_per_s": rates,
             "batch_latency": latencies,
+            "batch_stage_median_ms": stages,
             "spark_read": job["read"],
             "consumer_read": consumer_reads,
         }
@@ -677,6 +682,14 @@ def spark(run: Run) -> Outcome:
         )
     )
     return outcome
+
+
+def median_stages(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Per stage of a micro-batch, the median ms over the runs' batches but their first ones."""
+    batches = [stages for figures in runs for stages in figures["stage_ms"][1:]]
+    if not batches:
+        return {}
+    return {stage: statistics.median(batch[stage] for batch in batches) for stage in batches[0]}
 
 
 def _read_committed(run: Run, broker: BrokerProcess, topic: str) -> dict[str, Any]:

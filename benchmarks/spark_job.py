@@ -23,6 +23,14 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 GUARANTEES = ("exactly-once", "at-least-once")
+# Where a micro-batch's time goes, from its progress's durationMs timers (the rest is "other").
+STAGES = {
+    "offsets": ("latestOffset", "getOffset", "getEndOffset"),  # the source's planning requests
+    "planning": ("getBatch", "queryPlanning"),
+    "offset log": ("walCommit",),  # the batch's offsets into the checkpoint
+    "tasks": ("addBatch",),  # the job that reads, transforms and writes: tasks, workers, clients
+    "commit": ("commitOffsets",),  # the sink's commit and the checkpoint's commit log
+}
 _METADATA_TIMEOUT_S = 30.0
 _QUERY_TIMEOUT_S = 900.0
 
@@ -52,6 +60,8 @@ def main() -> int:
         .config("spark.sql.shuffle.partitions", "2")
         # Every batch's progress is needed, not only the last 100.
         .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+        # Spark's default, said out loud: the data source's clients live in its Python workers.
+        .config("spark.python.worker.reuse", "true")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -145,7 +155,14 @@ def stream(
         "records_per_s": timed_records / seconds,
         "first_batch_ms": first["durationMs"]["triggerExecution"],
         "batch_ms": [progress["durationMs"]["triggerExecution"] for progress in batches],
+        "stage_ms": [stage_ms(progress["durationMs"]) for progress in batches],
     }
+
+
+def stage_ms(duration_ms: dict[str, int]) -> dict[str, int]:
+    stages = {stage: sum(duration_ms.get(timer, 0) for timer in timers) for stage, timers in STAGES.items()}
+    stages["other"] = duration_ms["triggerExecution"] - sum(stages.values())
+    return stages
 
 
 def reached(progress: dict[str, Any] | None, ends: dict[str, int]) -> bool:

@@ -1,4 +1,4 @@
-"""The pipeline's parts that need no Spark: the workload's expectations, the offset log, restarts."""
+"""The pipeline's parts that need no Spark: the workload's expectations, a batch's results, restarts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from onceflow.pipeline.events import make_workload
-from onceflow.spark.database import check_fresh_start, planned_offsets
+from onceflow.spark.database import batch_results, check_fresh_start
 from onceflow.stores import StoreError, open_store
 
 
@@ -28,26 +28,31 @@ def test_workload_is_seeded_and_expects_only_committed_valid_payments() -> None:
         assert json.loads(event.value)["payment_id"] == event.payment_id
 
 
-def test_planned_offsets_come_from_the_offset_log(tmp_path: Path) -> None:
-    (tmp_path / "offsets").mkdir()
-    (tmp_path / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"payments": {"0": 17}}')
-    assert planned_offsets(tmp_path, 3) == {"payments": {"0": 17}}
-    (tmp_path / "offsets" / "4").write_text('v1\n{"batchWatermarkMs":0}\n{"a": {"0": 1}}\n{"b": {"0": 2}}')
-    with pytest.raises(ValueError, match="one source"):
-        planned_offsets(tmp_path, 4)
+def test_a_batch_ends_one_past_its_last_record_and_keeps_the_partitions_it_did_not_read() -> None:
+    before = {"payments": {"0": 10, "1": 7}}
+    groups = [
+        ("payments", 0, "acct-01", 300, 12),
+        ("payments", 0, "acct-02", 50, 14),
+        ("payments", 0, None, None, 19),  # invalid input: no amount, but read all the same
+        ("payments", 2, "acct-01", 25, 3),  # a partition new since the previous batch
+    ]
+    offsets, deltas = batch_results(groups, before)
+    assert offsets == {"payments": {"0": 20, "1": 7, "2": 4}}
+    assert list(offsets["payments"]) == ["0", "1", "2"]
+    assert deltas == {"acct-01": 325, "acct-02": 50}
+    # A replay of an applied batch reads the same rows again: nothing moves back.
+    assert batch_results(groups[:1], offsets)[0] == offsets
 
 
 def test_an_empty_checkpoint_is_refused_once_the_database_holds_results(tmp_path: Path) -> None:
-    checkpoint = tmp_path / "checkpoint"
+    checkpoint = str(tmp_path / "checkpoint")
     with open_store(str(tmp_path / "balances.db")) as store:
-        check_fresh_start(store, "q", checkpoint)  # a first run: nothing applied yet
+        check_fresh_start(store, "q", checkpoint, has_batches=False)  # a first run: nothing applied yet
         store.apply_batch("q", 0, {"payments": {"0": 5}}, {"acct-01": 100})
         with pytest.raises(StoreError, match="would skip batches"):
-            check_fresh_start(store, "q", checkpoint)
-        (checkpoint / "offsets").mkdir(parents=True)
-        (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}")
-        check_fresh_start(store, "q", checkpoint)  # the original checkpoint: a restart
-        check_fresh_start(store, "other-query", tmp_path / "elsewhere")
+            check_fresh_start(store, "q", checkpoint, has_batches=False)
+        check_fresh_start(store, "q", checkpoint, has_batches=True)  # the original checkpoint: a restart
+        check_fresh_start(store, "other-query", str(tmp_path / "elsewhere"), has_batches=False)
 
 
 def test_a_bad_database_target_is_one_readable_line(tmp_path: Path) -> None:

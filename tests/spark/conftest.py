@@ -19,6 +19,7 @@ def spark() -> Iterator[SparkSession]:
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.python.worker.reuse", "true")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

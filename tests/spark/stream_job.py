@@ -41,6 +41,7 @@ def main() -> None:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+        .config("spark.python.worker.reuse", "true")
     )
     if args.slow_first_attempts:
         builder = (

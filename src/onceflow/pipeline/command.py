@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -27,7 +26,9 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     run = commands.add_parser("run", help="run the payments pipeline on Spark")
     run.add_argument("--bootstrap", required=True, help="HOST:PORT of a Kafka-protocol broker")
     run.add_argument("--master", default="local[2]", help="Spark master: local[N] or spark://HOST:PORT")
-    run.add_argument("--checkpoint", required=True, type=Path, help="checkpoint directory of the queries")
+    run.add_argument(
+        "--checkpoint", required=True, help="checkpoint directory or URL (hdfs://, s3a://...) of the queries"
+    )
     run.add_argument("--db", required=True, help="balances store: a SQLite path or a postgresql:// URL")
     run.add_argument("--guarantee", choices=[EXACTLY_ONCE, AT_LEAST_ONCE], default=EXACTLY_ONCE)
     run.add_argument("--trigger-ms", type=positive_int, help="micro-batch interval (default: back to back)")

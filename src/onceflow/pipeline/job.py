@@ -42,7 +42,7 @@ from onceflow.pipeline.events import (
     ensure_output_topics,
 )
 from onceflow.pipeline.settings import BALANCES_QUERY_ID, EXACTLY_ONCE, PipelineSettings
-from onceflow.spark.database import BalanceSink, check_fresh_start
+from onceflow.spark.database import BalanceSink, check_fresh_start, checkpoint_has_batches
 from onceflow.stores import open_store
 
 # As on a cluster, where spark.task.maxFailures defaults to 4.
@@ -130,10 +130,15 @@ def booking_records(payments: DataFrame) -> DataFrame:
 
 
 def valid_amounts(payments: DataFrame) -> DataFrame:
-    return (
-        validated(payments)
-        .where(F.col("reason").isNull())
-        .select(F.col("p.account").alias("account"), F.col("p.amount_cents").alias("amount_cents"))
+    """Account and amount of every event, null for an invalid one, which still counts for the
+    offsets the balances sink stores; with the event's topic, partition and offset."""
+    valid = F.col("reason").isNull()
+    return validated(payments).select(
+        F.when(valid, F.col("p.account")).alias("account"),
+        F.when(valid, F.col("p.amount_cents")).alias("amount_cents"),
+        "topic",
+        "partition",
+        "offset",
     )
 
 
@@ -167,6 +172,8 @@ def session(master: str) -> SparkSession:
         # Only the balances' per-account sums shuffle, and they are small.
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.ui.showConsoleProgress", "false")
+        # Spark's default, said out loud: the data source's clients live in its Python workers.
+        .config("spark.python.worker.reuse", "true")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
@@ -181,13 +188,13 @@ def start_queries(spark: SparkSession, settings: PipelineSettings, sink: Balance
         .queryName("bookings")
         .option("kafka.bootstrap.servers", settings.bootstrap)
         .option("deliveryGuarantee", settings.guarantee)
-        .option("checkpointLocation", str(settings.checkpoint / "bookings"))
+        .option("checkpointLocation", settings.checkpoint_of("bookings"))
     )
     balances = (
         valid_amounts(read_payments(spark, settings))
         .writeStream.foreachBatch(sink)
         .queryName("balances")
-        .option("checkpointLocation", str(settings.checkpoint / "balances"))
+        .option("checkpointLocation", settings.checkpoint_of("balances"))
     )
     if settings.trigger_ms is not None:
         bookings = bookings.trigger(processingTime=f"{settings.trigger_ms} milliseconds")
@@ -232,12 +239,13 @@ def run_pipeline(settings: PipelineSettings) -> int:
         query_id = BALANCES_QUERY_ID
     else:
         query_id = f"{BALANCES_QUERY_ID}-{uuid.uuid4()}"
-    with open_store(settings.db) as store:
-        check_fresh_start(store, query_id, settings.checkpoint / "balances")
     spark = session(settings.master)
-    queries = start_queries(
-        spark, settings, BalanceSink(settings.db, query_id, settings.checkpoint / "balances")
-    )
+    balances_checkpoint = settings.checkpoint_of("balances")
+    with open_store(settings.db) as store:
+        check_fresh_start(
+            store, query_id, balances_checkpoint, checkpoint_has_batches(spark, balances_checkpoint)
+        )
+    queries = start_queries(spark, settings, BalanceSink(settings.db, query_id))
     print(f"pipeline running: {', '.join(f'{q.name} {q.id}' for q in queries)}", flush=True)
     watch = IdleWatch(queries, settings.until_idle_s) if settings.until_idle_s is not None else None
     # awaitAnyTermination raises the failure of a query that failed.

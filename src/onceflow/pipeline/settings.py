@@ -13,10 +13,15 @@ BALANCES_QUERY_ID = "payments-balances"
 @dataclass(frozen=True)
 class PipelineSettings:
     bootstrap: str
-    checkpoint: Path
+    # A directory or a URL Spark can keep checkpoints at (hdfs://, s3a://, ...).
+    checkpoint: str | Path
     db: str
     master: str = "local[2]"
     guarantee: str = EXACTLY_ONCE
     trigger_ms: int | None = None
     max_offsets: int | None = None
     until_idle_s: float | None = None
+
+    def checkpoint_of(self, query: str) -> str:
+        """The checkpoint location of one of the pipeline's queries, under `checkpoint`."""
+        return f"{str(self.checkpoint).rstrip('/')}/{query}"

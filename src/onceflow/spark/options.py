@@ -7,7 +7,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 KAFKA_PREFIX = "kafka."
 
@@ -66,10 +67,10 @@ class Subscription:
         except re.error as error:
             raise OptionError(f"option 'subscribePattern' is not a valid regex: {error}") from error
 
-    def partitions(self, consumer: Consumer, timeout_s: float) -> dict[str, int]:
+    def partitions(self, admin: AdminClient, timeout_s: float) -> dict[str, int]:
         """Partition count of every subscribed topic that exists now."""
         try:
-            metadata = consumer.list_topics(timeout=timeout_s)
+            metadata = admin.list_topics(timeout=timeout_s)
         except KafkaException as error:
             raise OptionError(f"cannot list topics: {error}") from error
         counts = {}

@@ -1,4 +1,4 @@
-"""The onceflow sink: rows to Kafka topics, exactly once per write task.
+"""The onceflow sink: rows to Kafka topics, exactly once per write task, taken as Arrow batches.
 
 The protocol, and why it holds: docs/design.md#the-spark-sinks-fencing-protocol.
 
@@ -14,17 +14,18 @@ task (a deterministic plan), as Spark's replay from the checkpoint does.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark import TaskContext
-from pyspark.sql import Row
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from onceflow import failpoints
@@ -161,7 +162,7 @@ class TransactionalSlot:
         committed = self.progress.committed([self.progress_offset], timeout=CLIENT_TIMEOUT_S)[0]
         return max(committed.offset, 0)
 
-    def write(self, batch_id: int, batches_done: int, rows: Iterable[Row]) -> tuple[int, bool]:
+    def write(self, batch_id: int, batches_done: int, rows: Iterable[OutRecord]) -> tuple[int, bool]:
         """Write batch `batch_id` unless `batches_done` (read after fencing) says it landed."""
         if batches_done > batch_id:
             self.batches_done_here = batches_done
@@ -171,7 +172,7 @@ class TransactionalSlot:
         delivery = DeliveryErrors()
         count = 0
         for row in rows:
-            produce(self.producer, self.settings.topic, row, delivery)
+            produce(self.producer, row, delivery)
             count += 1
             if count % 1000 == 0:
                 self._check_time(batch_id, began)
@@ -212,7 +213,9 @@ def task_context() -> TaskContext:
     return context
 
 
-def write_exactly_once(settings: SinkSettings, prefix: str, batch_id: int, rows: Iterator[Row]) -> TaskReport:
+def write_exactly_once(
+    settings: SinkSettings, prefix: str, batch_id: int, rows: Iterator[OutRecord]
+) -> TaskReport:
     context = task_context()
     partition = context.partitionId()
     key = f"{prefix}-{partition}"
@@ -235,18 +238,31 @@ def write_exactly_once(settings: SinkSettings, prefix: str, batch_id: int, rows:
     return TaskReport(partition, context.attemptNumber(), count, skipped)
 
 
-def write_at_least_once(settings: SinkSettings, rows: Iterator[Row]) -> TaskReport:
+# An idempotent producer per client config and Python worker, lent to one task at a time. It is
+# flushed empty at the end of every task that succeeds; one whose task failed is not lent again.
+_idle_producers: dict[str, Producer] = {}
+
+
+def write_at_least_once(settings: SinkSettings, rows: Iterator[OutRecord]) -> TaskReport:
     context = task_context()
-    producer = Producer({**settings.config, "enable.idempotence": True, "acks": "all"})
+    key = json.dumps(sorted(settings.config.items()), default=str)
+    producer = _idle_producers.pop(key, None)
+    if producer is None:  # not `or`: a Producer with an empty queue is falsy (len 0)
+        producer = Producer({**settings.config, "enable.idempotence": True, "acks": "all"})
     delivery = DeliveryErrors()
     count = 0
-    for row in rows:
-        produce(producer, settings.topic, row, delivery)
-        count += 1
-    remaining = producer.flush(CLIENT_TIMEOUT_S)
-    delivery.raise_first()
-    if remaining:
-        raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not delivered"))
+    try:
+        for row in rows:
+            produce(producer, row, delivery)
+            count += 1
+        remaining = producer.flush(CLIENT_TIMEOUT_S)
+        delivery.raise_first()
+        if remaining:
+            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not delivered"))
+    except BaseException:
+        producer.purge()  # the retried task writes these rows again
+        raise
+    _idle_producers[key] = producer
     return TaskReport(context.partitionId(), context.attemptNumber(), count, False)
 
 
@@ -265,20 +281,39 @@ class DeliveryErrors:
             raise KafkaException(self.first)
 
 
-def produce(producer: Producer, default_topic: str | None, row: Row, on_delivery: DeliveryErrors) -> None:
-    fields = row.asDict()
-    topic = fields.get("topic") or default_topic
-    assert topic is not None, "checked on the driver: a topic option or column"
-    headers = [(header["key"], header["value"]) for header in fields.get("headers") or []]
-    partition = fields.get("partition")
-    extra = {} if partition is None else {"partition": partition}
+class OutRecord(NamedTuple):
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, str | bytes | None]] | None
+    partition: int | None
+
+
+def out_records(batches: Iterable[pa.RecordBatch], default_topic: str | None) -> Iterator[OutRecord]:
+    """The rows of Spark's Arrow batches as records to produce, read column by column."""
+    for batch in batches:
+
+        def column(name: str, batch: pa.RecordBatch = batch) -> list[Any]:
+            index = batch.schema.get_field_index(name)
+            return batch.column(index).to_pylist() if index >= 0 else [None] * batch.num_rows
+
+        names = ("topic", "key", "value", "headers", "partition")
+        for topic, key, value, headers, partition in zip(*(column(name) for name in names), strict=True):
+            chosen = topic or default_topic
+            assert chosen is not None, "checked on the driver: a topic option or column"
+            pairs = [(header["key"], header["value"]) for header in headers] if headers else None
+            yield OutRecord(chosen, key, value, pairs, partition)
+
+
+def produce(producer: Producer, record: OutRecord, on_delivery: DeliveryErrors) -> None:
+    extra: dict[str, Any] = {} if record.partition is None else {"partition": record.partition}
     while True:
         try:
             producer.produce(
-                topic,
-                value=fields["value"],
-                key=fields.get("key"),
-                headers=headers or None,
+                record.topic,
+                value=record.value,
+                key=record.key,
+                headers=record.headers,
                 on_delivery=on_delivery,
                 **extra,
             )
@@ -288,22 +323,23 @@ def produce(producer: Producer, default_topic: str | None, row: Row, on_delivery
     producer.poll(0)
 
 
-class OnceflowStreamWriter(DataSourceStreamWriter):
+class OnceflowStreamWriter(DataSourceStreamArrowWriter):
     """`df.writeStream.format("onceflow")`."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.settings = SinkSettings.from_options(options, schema)
         self.settings.prepare()
 
-    def write(self, iterator: Iterator[Row]) -> TaskReport:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        rows = out_records(iterator, self.settings.topic)
         if self.settings.guarantee == AT_LEAST_ONCE:
-            return write_at_least_once(self.settings, iterator)
+            return write_at_least_once(self.settings, rows)
         context = task_context()
         batch_id = int(context.getLocalProperty("streaming.sql.batchId") or "")
         # The query id is kept in the checkpoint, so a restarted query finds its own progress.
         query_id = context.getLocalProperty("sql.streaming.queryId")
         prefix = self.settings.transactional_id_prefix or f"onceflow-{query_id}"
-        return write_exactly_once(self.settings, prefix, batch_id, iterator)
+        return write_exactly_once(self.settings, prefix, batch_id, rows)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing left to do: each task committed its own transaction. Safe to call twice."""
@@ -315,7 +351,7 @@ class OnceflowStreamWriter(DataSourceStreamWriter):
         """Nothing to undo: committed tasks are skipped when the batch runs again."""
 
 
-class OnceflowBatchWriter(DataSourceWriter):
+class OnceflowBatchWriter(DataSourceArrowWriter):
     """`df.write.format("onceflow")`: one write, exactly once per task under task retries."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
@@ -324,7 +360,8 @@ class OnceflowBatchWriter(DataSourceWriter):
         self.prefix = self.settings.transactional_id_prefix or f"onceflow-write-{uuid.uuid4()}"
         self.settings.prepare()
 
-    def write(self, iterator: Iterator[Row]) -> TaskReport:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        rows = out_records(iterator, self.settings.topic)
         if self.settings.guarantee == AT_LEAST_ONCE:
-            return write_at_least_once(self.settings, iterator)
-        return write_exactly_once(self.settings, self.prefix, 0, iterator)
+            return write_at_least_once(self.settings, rows)
+        return write_exactly_once(self.settings, self.prefix, 0, rows)

@@ -6,6 +6,7 @@ The planning half (offsets, partitions) runs on the driver, in one long-lived Py
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
@@ -44,6 +46,8 @@ ARROW_SCHEMA = pa.schema(
 )
 EARLIEST, LATEST = -2, -1
 ROWS_PER_ARROW_BATCH = 10_000
+CONSUME_WAIT_S = 0.05
+FETCH_WAIT_MS = 20
 METADATA_TIMEOUT_S = 30.0
 
 
@@ -63,27 +67,41 @@ class OffsetPlanner:
     def __init__(self, options: Mapping[str, str]) -> None:
         self.config = client_config(options)
         self.subscription = Subscription(options)
-        self._consumer: Consumer | None = None
+        self._admin: AdminClient | None = None
 
     @property
-    def consumer(self) -> Consumer:
-        if self._consumer is None:
-            self._consumer = Consumer(reader_config(self.config))
-        return self._consumer
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self.config)
+        return self._admin
+
+    def latest(self) -> Offsets:
+        """The LSO of every partition of every subscribed topic: a metadata request, then one
+        ListOffsets request per leader for all partitions at once."""
+        counts = self.subscription.partitions(self.admin, METADATA_TIMEOUT_S)
+        return self._list_offsets(OffsetSpec.latest(), counts)  # type: ignore[no-untyped-call]
 
     def bounds(self) -> tuple[Offsets, Offsets]:
         """Earliest offset and LSO of every partition of every subscribed topic."""
-        earliest: Offsets = {}
-        latest: Offsets = {}
-        for topic, count in self.subscription.partitions(self.consumer, METADATA_TIMEOUT_S).items():
-            earliest[topic], latest[topic] = {}, {}
-            for partition in range(count):
-                # With isolation.level=read_committed the high mark librdkafka returns is the LSO.
-                low, high = self.consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=METADATA_TIMEOUT_S, cached=False
-                )
-                earliest[topic][str(partition)], latest[topic][str(partition)] = low, high
-        return sorted_offsets(earliest), sorted_offsets(latest)
+        # One listing for both, so that both name the same partitions.
+        counts = self.subscription.partitions(self.admin, METADATA_TIMEOUT_S)
+        return (
+            self._list_offsets(OffsetSpec.earliest(), counts),  # type: ignore[no-untyped-call]
+            self._list_offsets(OffsetSpec.latest(), counts),  # type: ignore[no-untyped-call]
+        )
+
+    def _list_offsets(self, spec: OffsetSpec, counts: Mapping[str, int]) -> Offsets:
+        wanted = {TopicPartition(topic, p): spec for topic, count in counts.items() for p in range(count)}
+        offsets: Offsets = {topic: {} for topic in counts}
+        if not wanted:
+            return offsets
+        # With read_committed the latest offset the broker answers is the LSO.
+        futures = self.admin.list_offsets(
+            wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=METADATA_TIMEOUT_S
+        )
+        for tp, future in futures.items():
+            offsets[tp.topic][str(tp.partition)] = future.result(timeout=METADATA_TIMEOUT_S).offset
+        return sorted_offsets(offsets)
 
     def resolve(self, spec: str, option: str) -> Offsets:
         """`earliest`, `latest` or JSON offsets (with -2/-1 meaning earliest/latest) made concrete."""
@@ -106,9 +124,8 @@ class OffsetPlanner:
         return sorted_offsets(resolved)
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        """Nothing to release: an AdminClient has no group or assignment to leave."""
+        self._admin = None
 
 
 def offset_ranges(start: Offsets, end: Offsets) -> list[OffsetRange]:
@@ -142,6 +159,10 @@ def limit_offsets(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
 
 def reader_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {
+        # A read task knows its range is there (below the LSO): a fetch the broker holds back waiting
+        # for more data only delays the partition's end-of-partition event, and the next task's first
+        # fetch on a reused consumer, by up to this long (librdkafka's default is 500 ms).
+        "fetch.wait.max.ms": FETCH_WAIT_MS,
         **config,
         "group.id": config.get("group.id", f"onceflow-reader-{uuid.uuid4()}"),
         "isolation.level": "read_committed",
@@ -150,6 +171,18 @@ def reader_config(config: Mapping[str, Any]) -> dict[str, Any]:
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
     }
+
+
+# Spark reuses a Python worker for task after task (spark.python.worker.reuse): each worker keeps an
+# idle consumer per client config, so a read task skips the connection and bootstrap of a new one.
+# A worker runs one task at a time, so a plain dict needs no lock.
+_idle_consumers: dict[str, Consumer] = {}
+
+
+def checkout_consumer(config: Mapping[str, Any]) -> tuple[str, Consumer]:
+    key = json.dumps(sorted(config.items()), default=str)
+    consumer = _idle_consumers.pop(key, None)
+    return key, consumer if consumer is not None else Consumer(reader_config(config))
 
 
 def read_range(
@@ -162,14 +195,18 @@ def read_range(
     """
     if not isinstance(offsets, OffsetRange):
         return  # Spark plans one empty partition when there is nothing to read
-    consumer = Consumer(reader_config(config))
+    key, consumer = checkout_consumer(config)
     consumer.assign([TopicPartition(offsets.topic, offsets.partition, offsets.start)])
     rows = _Columns()
+    position = offsets.start
     last_progress = time.monotonic()
     try:
         while True:
             done = False
-            messages = consumer.consume(num_messages=ROWS_PER_ARROW_BATCH, timeout=1.0)
+            # consume() returns early only once it has as many messages as asked for, else at its
+            # timeout: ask for no more than the range can still hold, and wait briefly.
+            wanted = min(ROWS_PER_ARROW_BATCH, max(offsets.end - position, 1))
+            messages = consumer.consume(num_messages=wanted, timeout=CONSUME_WAIT_S)
             for message in messages:
                 error = message.error()
                 if error is not None:
@@ -181,6 +218,10 @@ def read_range(
                     done = True
                     break
                 rows.add(message)
+                position = message.offset() + 1  # type: ignore[operator]
+                if position >= offsets.end:
+                    done = True
+                    break
             if messages:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
@@ -191,9 +232,13 @@ def read_range(
             if rows.count >= ROWS_PER_ARROW_BATCH or (done and rows.count):
                 yield rows.flush()
             if done:
-                return
-    finally:
-        consumer.close()
+                break
+    except BaseException:
+        consumer.close()  # a failed consumer is not lent again
+        raise
+    # Unassigning drops what was fetched past `end`, so the next task starts from a clean queue.
+    consumer.unassign()
+    _idle_consumers[key] = consumer
 
 
 class _Columns:
@@ -267,6 +312,7 @@ class OnceflowStreamReader(DataSourceStreamReader):
         if max_rows is not None and (not max_rows.isdigit() or int(max_rows) < 1):
             raise OptionError(f"option 'maxOffsetsPerTrigger' must be a positive integer, not {max_rows!r}")
         self.max_rows = int(max_rows) if max_rows is not None else None
+        self.last_latest: Offsets | None = None
 
     def initialOffset(self) -> Offsets:
         return self.planner.resolve(self.options.get("startingOffsets", "latest"), "startingOffsets")
@@ -275,7 +321,9 @@ class OnceflowStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_rows) if self.max_rows is not None else ReadAllAvailable()
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
-        _, latest = self.planner.bounds()
+        # Spark asks reportLatestOffset right after this, in the same trigger: one request serves both.
+        self.last_latest = self.planner.latest()
+        latest = {topic: dict(partitions) for topic, partitions in self.last_latest.items()}
         # A topic or partition that vanished keeps its last offset: offsets never move back.
         for topic, partitions in start.items():
             for partition, offset in partitions.items():
@@ -286,7 +334,7 @@ class OnceflowStreamReader(DataSourceStreamReader):
         return latest
 
     def reportLatestOffset(self) -> Offsets:
-        return self.planner.bounds()[1]
+        return self.last_latest if self.last_latest is not None else self.planner.latest()
 
     def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRange]:
         return offset_ranges(start, end)

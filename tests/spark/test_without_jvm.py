@@ -1,0 +1,104 @@
+"""The data source's Python side, without a JVM: the driver's requests per trigger, the workers' clients."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from onceflow import EmbeddedBroker
+from onceflow.spark import source
+from onceflow.spark.sink import OutRecord, out_records
+from onceflow.spark.source import OffsetRange, OnceflowStreamReader, read_range
+from tests.broker.test_metrics import scrape, value
+from tests.spark.helpers import produce_transactions
+from tests.spark.test_data_source import create
+
+LIST_OFFSETS = {"request": "ListOffsets", "api_key": "2"}
+REQUESTS = "kafka_network_requestmetrics_requests_total"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(tmp_path / "data", metrics_port=0) as running:
+        yield running
+
+
+def test_a_trigger_asks_for_all_partitions_offsets_in_one_request(broker: EmbeddedBroker) -> None:
+    bootstrap = broker.bootstrap_servers
+    create(bootstrap, ("in", 6))
+    produce_transactions(bootstrap, "in", [f"v{n}" for n in range(60)], 20, 0, "feed")
+    hanging = Producer({"bootstrap.servers": bootstrap, "transactional.id": "open"})
+    hanging.init_transactions(30)
+    hanging.begin_transaction()
+    hanging.produce("in", value=b"uncommitted", partition=0)
+    hanging.flush(30)
+    reader = OnceflowStreamReader({"kafka.bootstrap.servers": bootstrap, "subscribe": "in"})
+    try:
+        start = reader.initialOffset()
+        before = value(scrape(broker.metrics_url), REQUESTS, **LIST_OFFSETS)
+        latest = reader.latestOffset(start, ReadAllAvailable())
+        assert reader.reportLatestOffset() == latest
+        after = value(scrape(broker.metrics_url), REQUESTS, **LIST_OFFSETS)
+        high_marks = {p: high_mark(bootstrap, p) for p in range(6)}
+    finally:
+        reader.stop()
+        hanging.abort_transaction(30)
+    assert after - before == 1
+    # read_committed: partition 0 ends at its open transaction's record, one below its high mark.
+    assert latest == {"in": {str(p): high_marks[p] - (p == 0) for p in range(6)}}
+
+
+def high_mark(bootstrap: str, partition: int) -> int:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "marks", "isolation.level": "read_uncommitted"}
+    )
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition("in", partition), timeout=30)[1])
+    finally:
+        consumer.close()
+
+
+def test_a_python_worker_reads_range_after_range_with_one_consumer(broker: EmbeddedBroker) -> None:
+    bootstrap = broker.bootstrap_servers
+    create(bootstrap, ("in", 1))
+    produce_transactions(bootstrap, "in", [f"v{n}" for n in range(30)], 30, 0, "feed")
+    config = {"bootstrap.servers": bootstrap}
+
+    def read(start: int, end: int) -> list[bytes]:
+        batches = read_range(config, OffsetRange("in", 0, start, end), stall_timeout_s=30)
+        return [value for batch in batches for value in batch.column("value").to_pylist()]
+
+    assert read(0, 5) == [f"v{n}".encode() for n in range(5)]
+    [(key, consumer)] = source._idle_consumers.items()
+    try:
+        # The first read fetched past 5; none of that may leak into a read that starts elsewhere.
+        assert read(12, 15) == [b"v12", b"v13", b"v14"]
+        assert read(2, 4) == [b"v2", b"v3"]
+        assert source._idle_consumers == {key: consumer}
+    finally:
+        source._idle_consumers.pop(key).close()
+
+
+def test_the_sink_reads_records_from_arrow_columns() -> None:
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    full = pa.RecordBatch.from_arrays(
+        [
+            pa.array([b"a", None], pa.binary()),
+            pa.array([b"1", b"2"], pa.binary()),
+            pa.array(["t1", None], pa.string()),
+            pa.array([3, None], pa.int32()),
+            pa.array([[{"key": "h", "value": b"x"}], []], headers),
+        ],
+        names=["value", "key", "topic", "partition", "headers"],
+    )
+    only_values = pa.RecordBatch.from_arrays([pa.array([b"v"], pa.binary())], names=["value"])
+    assert list(out_records([full, only_values], "default")) == [
+        OutRecord("t1", b"1", b"a", [("h", b"x")], 3),
+        OutRecord("default", b"2", None, None, None),
+        OutRecord("default", None, b"v", None, None),
+    ]
