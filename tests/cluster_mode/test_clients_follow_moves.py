@@ -51,6 +51,10 @@ class Sender:
         assert not self.thread.is_alive(), f"{self.name} hangs"
 
 
+def keep_error(outcome: list[object]) -> Callable[[object, object], None]:
+    return lambda error, _message: outcome.append(error)
+
+
 def confluent_loop(bootstrap: str) -> Callable[[Sender], None]:
     def loop(sender: Sender) -> None:
         producer = Producer(
@@ -65,7 +69,7 @@ def confluent_loop(bootstrap: str) -> Callable[[Sender], None]:
         while not sender.stop.is_set():
             value = sender.value()
             outcome: list[object] = []
-            producer.produce(TOPIC, value=value, on_delivery=lambda error, _message: outcome.append(error))
+            producer.produce(TOPIC, value=value, on_delivery=keep_error(outcome))
             producer.flush(SEND_TIMEOUT_S)
             if outcome == [None]:
                 sender.acknowledged.append(value)
