@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     add_admin_commands(commands)
 
     args = parser.parse_args(argv)
+    if hasattr(args, "foreground"):  # `cluster run`: a long-running command, not a report
+        exit_code: int = args.foreground(args)
+        return exit_code
     if args.command in ADMIN_COMMANDS:
         return run_admin_command(args)
     try:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from onceflow.cluster.zookeeper_server import ZooKeeperServer
 from tests.conftest import BrokerProcess, wait_until
 from tests.wire import WireClient
-from tests.zookeeper import ZooKeeperServer
 
 BROKER_IDS = (1, 2, 3)
 # A SIGKILLed broker's session, and so its leaderships, end within 2 s.

@@ -12,10 +12,10 @@ from onceflow.admin.cluster import status_report
 from onceflow.cluster.status import PartitionHealth, cluster_status
 from onceflow.cluster.view import ClusterView
 from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration, PartitionState, TopicAssignment
+from onceflow.cluster.zookeeper_server import free_port
 from tests.cli.commands import onceflow
 from tests.cluster_mode.conftest import BROKER_IDS, Cluster
 from tests.cluster_mode.test_zookeeper_cluster import create_topic
-from tests.zookeeper import free_port
 
 
 def test_partitions_without_a_live_leader_are_offline_and_short_isrs_under_replicated() -> None:

@@ -1,9 +1,12 @@
 """`onceflow cluster status`: a cluster's brokers, controller, and under-replicated and offline
-partitions, read from its ZooKeeper (where Kafka's own tools of the ZooKeeper era looked too)."""
+partitions, read from its ZooKeeper (where Kafka's own tools of the ZooKeeper era looked too).
+`onceflow cluster run`: a local cluster in the foreground (`cluster.launcher`)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 from onceflow.admin.errors import AdminError
@@ -28,6 +31,26 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "--timeout", type=float, default=10.0, metavar="SECONDS", help="how long to wait for ZooKeeper"
     )
     status.set_defaults(run=show_status)
+    run = actions.add_parser(
+        "run", help="start ZooKeeper and N brokers on 127.0.0.1, in the foreground until Ctrl-C"
+    )
+    run.add_argument("--brokers", type=int, default=3, metavar="N", help="how many brokers (default 3)")
+    run.add_argument(
+        "--data-dir", type=Path, required=True, help="broker-N/ and broker-N.log per broker, zookeeper/"
+    )
+    run.set_defaults(foreground=run_cluster_command)
+
+
+def run_cluster_command(args: argparse.Namespace) -> int:
+    """Runs until SIGTERM or Ctrl-C; errors are one line on stderr (exit 2: bad input)."""
+    from onceflow.cluster.launcher import LaunchError, run_cluster
+
+    try:
+        require("onceflow cluster run", "kazoo", "cluster", ("kazoo",))
+        return run_cluster(args.brokers, args.data_dir, lambda line: print(line, flush=True))
+    except (LaunchError, MissingExtraError) as error:
+        print(f"onceflow cluster run: {error}", file=sys.stderr)
+        return error.exit_code if isinstance(error, LaunchError) else 1
 
 
 def show_status(args: argparse.Namespace) -> Report:

@@ -1,4 +1,5 @@
-"""A throwaway ZooKeeper server for tests: standalone, 127.0.0.1 only, a free port, its own data dir.
+"""A throwaway ZooKeeper server, for `onceflow cluster run` and the tests: standalone, 127.0.0.1
+only, a free port, a data dir of its own that `stop` removes.
 
     with ZooKeeperServer() as server:
         server.connect_string  # 127.0.0.1:<port>
@@ -37,9 +38,18 @@ def answers_ruok(port: int) -> bool:
         return False
 
 
+class ZooKeeperNotInstalledError(RuntimeError):
+    pass
+
+
 class ZooKeeperServer:
-    def __init__(self, start_timeout_s: float = 30, tick_ms: int = 200) -> None:
+    def __init__(
+        self, start_timeout_s: float = 30, tick_ms: int = 200, directory: Path | None = None
+    ) -> None:
+        """`directory`: where its config, data and log go (a new temporary one if None); it must
+        not exist yet, since `stop` removes it."""
         self.start_timeout_s = start_timeout_s
+        self.requested_directory = directory
         # Sessions may be as short as 2 ticks: brokers' sessions end soon after a SIGKILL.
         self.tick_ms = tick_ms
         self.port = 0
@@ -53,8 +63,14 @@ class ZooKeeperServer:
     def start(self) -> ZooKeeperServer:
         java = shutil.which("java")
         if java is None or not ZOOKEEPER_JAR.exists():
-            raise RuntimeError("ZooKeeper is not installed: run `make setup` (Debian's zookeeper package)")
-        self.directory = Path(tempfile.mkdtemp(prefix="onceflow-zk-"))
+            raise ZooKeeperNotInstalledError(
+                "ZooKeeper is not installed: run `make setup` (Debian's zookeeper package)"
+            )
+        if self.requested_directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="onceflow-zk-"))
+        else:
+            self.requested_directory.mkdir(parents=True)
+            self.directory = self.requested_directory
         self.port = free_port()
         config = self.directory / "zoo.cfg"
         config.write_text(
@@ -76,6 +92,9 @@ class ZooKeeperServer:
                 [java, "-Xmx256m", "-cp", str(ZOOKEEPER_JAR), MAIN_CLASS, str(config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                # Not in the caller's process group: a Ctrl-C there must not kill ZooKeeper
+                # before the brokers have closed their sessions.
+                start_new_session=True,
             )
         deadline = time.monotonic() + self.start_timeout_s
         while not answers_ruok(self.port):

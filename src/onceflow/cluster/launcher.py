@@ -1,0 +1,211 @@
+"""`onceflow cluster run`: ZooKeeper and N `onceflow broker --zookeeper` processes on 127.0.0.1,
+in the foreground, until SIGTERM or Ctrl-C.
+
+Each broker writes to `DIR/broker-N.log`, whose first line is the command that started it, so a
+broker killed by hand (a fault to watch) can be started again with the same port, data dir and
+id. ZooKeeper keeps its state in `DIR/zookeeper`, removed on stop: the cluster lives as long as
+the command.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from onceflow.cluster.errors import ClusterError
+from onceflow.cluster.zookeeper_server import ZooKeeperServer, free_port
+
+HOST = "127.0.0.1"
+# A SIGKILLed broker's partitions get new leaders once its session ends: 3 s, well under the
+# issue's 5 s failover budget, and long enough for a busy 2-core machine.
+SESSION_TIMEOUT_MS = 3000
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+POLL_S = 0.1
+RESTART_PREFIX = "# start this broker again with: "
+
+
+class LaunchError(Exception):
+    """The cluster could not start; `exit_code` 2 for bad input, 1 otherwise."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT arrived."""
+
+
+@dataclass
+class LaunchedBroker:
+    broker_id: int
+    port: int
+    command: list[str]
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+def broker_command(broker_id: int, port: int, data_dir: Path, zookeeper: str, brokers: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "onceflow.cli",
+        "broker",
+        "--listen",
+        f"{HOST}:{port}",
+        "--data-dir",
+        str(data_dir),
+        "--zookeeper",
+        zookeeper,
+        "--broker-id",
+        str(broker_id),
+        "--set",
+        f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+        "--set",
+        f"default.replication.factor={min(3, brokers)}",
+    ]
+
+
+def restart_line(command: list[str]) -> str:
+    """The command as a shell line, with the PYTHONPATH this one runs with (a source checkout)."""
+    python_path = os.environ.get("PYTHONPATH")
+    prefix = ["env", f"PYTHONPATH={python_path}"] if python_path else []
+    return shlex.join(prefix + command)
+
+
+def run_cluster(brokers: int, data_dir: Path, out: Callable[[str], None]) -> int:
+    """Start, print the addresses, wait for a signal, stop everything. Raises LaunchError."""
+    if brokers < 1:
+        raise LaunchError(f"--brokers must be at least 1, got {brokers}", exit_code=2)
+    data_dir = data_dir.resolve()
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (data_dir / ".writable").touch()
+        (data_dir / ".writable").unlink()
+    except OSError as error:
+        raise LaunchError(f"cannot use --data-dir {data_dir}: {error.strerror or error}") from error
+    zookeeper_dir = data_dir / "zookeeper"
+    if zookeeper_dir.exists():
+        raise LaunchError(
+            f"{zookeeper_dir} exists: another `onceflow cluster run` uses this data dir, "
+            "or one was killed (remove that directory)"
+        )
+
+    def stop_on_signal(signum: int, _frame: FrameType | None) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {signum: signal.signal(signum, stop_on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    zookeeper = ZooKeeperServer(tick_ms=200, directory=zookeeper_dir)
+    launched: list[LaunchedBroker] = []
+    try:
+        try:
+            zookeeper.start()
+        except RuntimeError as error:
+            raise LaunchError(str(error).splitlines()[0]) from error
+        assert zookeeper.process is not None
+        out(f"zookeeper pid {zookeeper.process.pid} listening on {zookeeper.connect_string}")
+        for broker_id in range(1, brokers + 1):
+            launched.append(_start_broker(broker_id, data_dir, zookeeper.connect_string, brokers))
+        for broker in launched:
+            _wait_listening(broker)
+            out(f"broker {broker.broker_id} pid {broker.process.pid} listening on {broker.address}")
+        _wait_registered(zookeeper.connect_string, brokers)
+        out(f"cluster ready: bootstrap {','.join(broker.address for broker in launched)}")
+        _watch(launched, out)
+    except Stopped:
+        pass
+    finally:
+        for signum in previous:  # a second Ctrl-C must not cut the shutdown short
+            signal.signal(signum, signal.SIG_IGN)
+        _stop(launched)
+        zookeeper.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    out("cluster stopped")
+    return 0
+
+
+def _start_broker(broker_id: int, data_dir: Path, zookeeper: str, brokers: int) -> LaunchedBroker:
+    port = free_port()
+    command = broker_command(broker_id, port, data_dir / f"broker-{broker_id}", zookeeper, brokers)
+    log_path = data_dir / f"broker-{broker_id}.log"
+    with log_path.open("wb") as log:
+        log.write(f"{RESTART_PREFIX}{restart_line(command)}\n".encode())
+        log.flush()
+        # Its own session: a Ctrl-C reaches this process only, which stops the brokers in order.
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return LaunchedBroker(broker_id, port, command, log_path, process)
+
+
+def _log_tail(broker: LaunchedBroker) -> str:
+    lines = broker.log_path.read_text(errors="replace").splitlines()[1:]
+    return lines[-1] if lines else "no output"
+
+
+def _wait_listening(broker: LaunchedBroker) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while "onceflow broker listening on" not in broker.log_path.read_text(errors="replace"):
+        if broker.process.poll() is not None:
+            raise LaunchError(f"broker {broker.broker_id} did not start: {_log_tail(broker)}")
+        if time.monotonic() > deadline:
+            raise LaunchError(f"broker {broker.broker_id} did not start in {START_TIMEOUT_S:.0f} s")
+        time.sleep(POLL_S)
+
+
+def _wait_registered(zookeeper: str, brokers: int) -> None:
+    """Every broker registered and a controller elected: clients see the whole cluster."""
+    from onceflow.cluster.zk import read_cluster  # kazoo, as the brokers need it anyway
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            view = read_cluster(zookeeper, 5.0)
+            if len(view.brokers) == brokers and view.controller_id in view.brokers:
+                return
+        except ClusterError:
+            pass  # the brokers have not created the znodes yet
+        if time.monotonic() > deadline:
+            raise LaunchError(f"the brokers did not all register in ZooKeeper in {START_TIMEOUT_S:.0f} s")
+        time.sleep(POLL_S)
+
+
+def _watch(launched: list[LaunchedBroker], out: Callable[[str], None]) -> None:
+    """Until a signal: say once when a broker exits, and how to start it again."""
+    reported: set[int] = set()
+    while True:
+        for broker in launched:
+            code = broker.process.poll()
+            if code is not None and broker.broker_id not in reported:
+                reported.add(broker.broker_id)
+                out(
+                    f"broker {broker.broker_id} pid {broker.process.pid} exited with code {code}; "
+                    f"the first line of {broker.log_path} starts it again"
+                )
+        time.sleep(POLL_S * 5)
+
+
+def _stop(launched: list[LaunchedBroker]) -> None:
+    """SIGTERM to all at once (each closes its ZooKeeper session), then SIGKILL the slow ones."""
+    for broker in launched:
+        if broker.process.poll() is None:
+            broker.process.terminate()
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for broker in launched:
+        try:
+            broker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            broker.process.kill()
+            broker.process.wait()
