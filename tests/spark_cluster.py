@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,7 +28,7 @@ SPARK_ENV = {
 class Daemon:
     """A Spark master or worker JVM (`bin/spark-class`), in a session of its own with its executors."""
 
-    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+    def __init__(self, name: str, args: list[str], log_dir: Path, env: Mapping[str, str]) -> None:
         self.log = log_dir / f"{name}.log"
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
@@ -34,7 +36,7 @@ class Daemon:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **SPARK_ENV, "SPARK_HOME": str(SPARK_HOME)},
+                env={**os.environ, **SPARK_ENV, "SPARK_HOME": str(SPARK_HOME), **env},
                 start_new_session=True,
             )
 
@@ -52,15 +54,19 @@ class Daemon:
 
 
 @contextmanager
-def standalone_cluster(log_dir: Path, worker_hosts: Sequence[str]) -> Iterator[str]:
+def standalone_cluster(
+    log_dir: Path, worker_hosts: Sequence[str], worker_env: Mapping[str, str] | None = None
+) -> Iterator[str]:
     """The master URL of a cluster with one one-core worker per host name; all killed afterwards.
+
+    The workers' executors, and their Python workers, inherit `worker_env`.
 
     Host names, not addresses: "localhost" and "127.0.0.1" are the same loopback address, but
     Spark takes them for two machines, which speculation needs (it never runs a copy of a task
     on a host that already runs one).
     """
     master_args = ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"]
-    daemons = [Daemon("master", ["org.apache.spark.deploy.master.Master", *master_args], log_dir)]
+    daemons = [Daemon("master", ["org.apache.spark.deploy.master.Master", *master_args], log_dir, {})]
     try:
         url = daemons[0].wait_for(r"Starting Spark master at (spark://127\.0\.0\.1:\d+)").group(1)
         for number, host in enumerate(worker_hosts):
@@ -69,7 +75,12 @@ def standalone_cluster(log_dir: Path, worker_hosts: Sequence[str]) -> Iterator[s
             worker_args = ["--host", host, "--webui-port", "0", "--cores", "1", "--memory", "1g"]
             worker_args += ["--work-dir", str(work_dir), url]
             daemons.append(
-                Daemon(f"worker-{number}", ["org.apache.spark.deploy.worker.Worker", *worker_args], log_dir)
+                Daemon(
+                    f"worker-{number}",
+                    ["org.apache.spark.deploy.worker.Worker", *worker_args],
+                    log_dir,
+                    worker_env or {},
+                )
             )
         for worker in daemons[1:]:
             worker.wait_for("Successfully registered with master")
@@ -77,3 +88,38 @@ def standalone_cluster(log_dir: Path, worker_hosts: Sequence[str]) -> Iterator[s
     finally:
         for daemon in reversed(daemons):
             daemon.stop()
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    # Fields after the command name, which is in parentheses and may hold spaces.
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):  # gone meanwhile
+                children.setdefault(_parent(int(entry.name)), []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def kill_executor_running(pid: int) -> int:
+    """SIGKILL the executor JVM that `pid` (a Python worker of a task) runs under, with all its
+    Python workers, as a lost machine would; the executor JVM's pid."""
+    executor = pid
+    while b"CoarseGrainedExecutorBackend" not in Path(f"/proc/{executor}/cmdline").read_bytes():
+        executor = _parent(executor)
+        assert executor > 1, f"process {pid} runs under no Spark executor"
+    # Listed before the kill: a dead JVM's children move to another parent.
+    for victim in [executor, *_descendants(executor)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+    return executor

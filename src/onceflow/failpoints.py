@@ -6,12 +6,20 @@ exact step of a protocol and check what a restart makes of it. Unset, a point co
 lookup. Two points plant bugs, so that the fuzzer's detectors can be shown to fire:
 `protocol.no-bounds-check` hands frames to kio's native reader unchecked, and `api.raise.K`
 makes the handler of API key K raise.
+
+A point reached through `hold` instead stops there until the process is killed from outside: the
+first process to reach it (of all that have it armed) writes its pid to the file named after the
+point in `ONCEFLOW_FAILPOINT_DIR` and sleeps, so a test can wait for that file and kill the process,
+or the machine around it, at that exact step. Later arrivals, such as the retry of a killed task,
+go on.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 from onceflow.sessions import kill_session
 
@@ -34,3 +42,17 @@ def reach(name: str, whole_session: bool = False) -> None:
     if whole_session:
         kill_session(os.getsid(0))
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hold(name: str) -> None:
+    """Sleep for good if this is the first process to reach `name`; see the module's docstring."""
+    if name not in _ARMED:
+        return
+    try:
+        # Created exclusively: one process holds, whatever number of them race here.
+        with (Path(os.environ["ONCEFLOW_FAILPOINT_DIR"]) / name).open("x") as claimed:
+            claimed.write(str(os.getpid()))
+    except FileExistsError:
+        return
+    while True:
+        time.sleep(1)

@@ -179,6 +179,8 @@ class TransactionalSlot:
         self.producer.flush(CLIENT_TIMEOUT_S)
         delivery.raise_first()
         self._check_time(batch_id, began)
+        # The moment to lose the executor: the rows are in the broker, in a transaction left open.
+        failpoints.hold("spark.sink.before-transaction-commit")
         offset = TopicPartition(self.settings.progress_topic, self.partition, batch_id + 1)
         self.producer.send_offsets_to_transaction(
             [offset], self.progress.consumer_group_metadata(), CLIENT_TIMEOUT_S
