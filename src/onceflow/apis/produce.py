@@ -1,6 +1,7 @@
 """Produce (0): validate batches, append them, and answer per acks.
 
-Batches are stored as received: only the base offset is patched in place.
+Batches are stored as received, never copied: the log writes their base offset and leader
+epoch ahead of the rest of the bytes kio decoded.
 acks=-1 answers after fsync (shared with concurrent requests), acks=1 after
 the append, acks=0 not at all.
 
@@ -18,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request, is_internal, leader_endpoints, names_by_topic_id, once_durable
 from onceflow.broker.core import now_ms
-from onceflow.log.batch import CorruptRecordError, patch_partition_leader_epoch, validate_batches
+from onceflow.log.batch import CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
 
@@ -153,12 +154,8 @@ def _produce_partition(
             return _error(
                 code, f"producer {batch.producer_id} has no open transaction on {topic}-{partition}"
             )
-    data = bytearray(records)
-    leader_epoch = broker.leader_epoch(topic, partition)
-    if leader_epoch is not None:
-        patch_partition_leader_epoch(data, 0, leader_epoch)
     try:
-        result = log.append(data, headers, now_ms())
+        result = log.append(records, headers, now_ms(), leader_epoch=broker.leader_epoch(topic, partition))
     except LogError as error:
         return _error(error.error_code, str(error))
     # A duplicate is answered only once its original is durable, too.
