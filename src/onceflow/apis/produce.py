@@ -13,12 +13,14 @@ v13 names topics by id (KIP-516).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal, leader_endpoints, names_by_topic_id, once_durable
+from onceflow.apis.common import Request, is_internal, leader_endpoints, names_by_topic_id
 from onceflow.broker.core import now_ms
+from onceflow.broker.metrics import STAGE_DECODE_TO_APPEND, STAGE_FSYNC_WAIT
 from onceflow.log.batch import CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
@@ -52,15 +54,26 @@ def handle(request: Request) -> Any:
         responses.append(
             {"name": name, "topic_id": getattr(topic, "topic_id", None), "partition_responses": partitions}
         )
+    appended_at = time.perf_counter()
     if appended:
         request.broker.appended(appended)
+        request.broker.metrics.stage(STAGE_DECODE_TO_APPEND, appended_at - request.stamps.received)
     if acks == 0:
         return None
     if acks == -1 and appended and request.broker.cluster is not None:
         return _once_replicated(request, appended, responses, answered)
     response = _respond(request, responses, answered)
     if acks == -1 and appended:
-        return once_durable(request, appended, response)
+        return _once_fsynced(request, appended, response, appended_at)
+    return response
+
+
+async def _once_fsynced(
+    request: Request, appended: list[PartitionLog], response: Any, appended_at: float
+) -> Any:
+    """The answer once the appends are durable, with the fsync wait timed."""
+    durable = request.stamps.durable = await request.broker.wait_durable(appended)
+    request.broker.metrics.stage(STAGE_FSYNC_WAIT, durable - appended_at)
     return response
 
 
