@@ -20,16 +20,16 @@ def write_fully(fd: int, data: bytes | bytearray | memoryview, position: int) ->
 
 def write_fully_vectored(fd: int, pieces: list[bytes | bytearray | memoryview], position: int) -> None:
     """`write_fully` of the pieces one after another, with one pwritev per IOV_MAX pieces."""
-    views = [memoryview(piece) for piece in pieces if len(piece)]
-    index = 0
-    while index < len(views):
-        written = os.pwritev(fd, views[index : index + _IOV_MAX], position)
+    while pieces:
+        written = os.pwritev(fd, pieces[:_IOV_MAX], position)
         position += written
-        while index < len(views) and written >= len(views[index]):
-            written -= len(views[index])
-            index += 1
+        done = 0
+        while done < len(pieces) and written >= len(pieces[done]):
+            written -= len(pieces[done])
+            done += 1
+        pieces = pieces[done:]
         if written:
-            views[index] = views[index][written:]
+            pieces[0] = memoryview(pieces[0])[written:]
 
 
 def fsync_directory(path: Path) -> None:
