@@ -14,10 +14,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 BENCHMARKS_DIR = Path(__file__).resolve().parent
 CLIENT_SCRIPT = BENCHMARKS_DIR / "client.py"
@@ -25,6 +28,7 @@ MOCK_BROKER_SCRIPT = BENCHMARKS_DIR / "mock_broker.py"
 SPARK_JOB_SCRIPT = BENCHMARKS_DIR / "spark_job.py"
 
 _LISTENING = re.compile(r"listening on (\S+):(\d+)")
+_METRICS = re.compile(r"metrics on (\S+)")
 
 
 class BenchmarkError(RuntimeError):
@@ -42,6 +46,7 @@ class BrokerProcess:
         self.log_path = log_path
         self.env = {**os.environ, **(env or {})}
         self.bootstrap = ""
+        self.metrics_url = ""  # a onceflow broker started with --metrics announces it
         self._process: subprocess.Popen[str] | None = None
 
     @property
@@ -80,6 +85,11 @@ class BrokerProcess:
             match = _LISTENING.search(line)
             if match:
                 self.bootstrap = f"{match.group(1)}:{match.group(2)}"
+                if "--metrics" in self.argv:
+                    announced = _METRICS.search(self._process.stdout.readline())
+                    if announced is None:
+                        raise BenchmarkError(f"{self.name} did not announce its metrics address")
+                    self.metrics_url = announced.group(1)
                 return elapsed
 
     def stop(self, timeout_s: float = 60.0) -> float:
@@ -133,13 +143,56 @@ class BrokerProcess:
 
 
 def onceflow_broker(
-    data_dir: Path, settings: Mapping[str, str], log_dir: Path, env: Mapping[str, str] | None = None
+    data_dir: Path,
+    settings: Mapping[str, str],
+    log_dir: Path,
+    env: Mapping[str, str] | None = None,
+    metrics: bool = False,
 ) -> BrokerProcess:
     argv = [sys.executable, "-m", "onceflow.cli", "broker", "--listen", "127.0.0.1:0"]
+    if metrics:
+        argv += ["--metrics", "127.0.0.1:0"]
     argv += ["--data-dir", str(data_dir)]
     for key, value in settings.items():
         argv += ["--set", f"{key}={value}"]
     return BrokerProcess("onceflow broker", argv, log_dir / "onceflow-broker.log", env)
+
+
+def stage_times(metrics_url: str) -> dict[str, dict[str, float]]:
+    """Per stage of onceflow's `onceflow_stage_seconds` histogram: count, mean and p50/p99 in ms
+    (a percentile is its bucket's upper bound, so as fine as the buckets)."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "onceflow_stage_seconds":
+            continue
+        for sample in family.samples:
+            stage = sample.labels["stage"]
+            if sample.name.endswith("_bucket"):
+                buckets.setdefault(stage, []).append((float(sample.labels["le"]), sample.value))
+            elif sample.name.endswith("_sum"):
+                sums[stage] = sample.value
+            elif sample.name.endswith("_count"):
+                counts[stage] = sample.value
+    times = {}
+    for stage, count in counts.items():
+        if not count:
+            continue
+        ordered = sorted(buckets[stage])
+        times[stage] = {
+            "count": count,
+            "mean_ms": sums[stage] / count * 1000,
+            "p50_ms": _bucket_percentile(ordered, count, 0.50) * 1000,
+            "p99_ms": _bucket_percentile(ordered, count, 0.99) * 1000,
+        }
+    return times
+
+
+def _bucket_percentile(buckets: list[tuple[float, float]], count: float, fraction: float) -> float:
+    return next(bound for bound, cumulative in buckets if cumulative >= fraction * count)
 
 
 def mock_broker(log_dir: Path) -> BrokerProcess:

@@ -25,6 +25,7 @@ from processes import (
     onceflow_broker,
     run_client,
     run_script,
+    stage_times,
 )
 from rich.console import Console
 
@@ -321,11 +322,15 @@ def _consume(run: Run, broker: BrokerProcess, record_size: int) -> dict[str, Any
 
 
 def latency(run: Run) -> Outcome:
-    """Produce-to-consume latency at a steady 10 MB/s of 1 KB records, acks=all, linger.ms=0."""
+    """Produce-to-consume latency at a steady 10 MB/s of 1 KB records, acks=all, linger.ms=0;
+    then where onceflow's time went, per stage, from its own metrics."""
     outcome = Outcome()
     with (
         onceflow_broker(
-            run.new_dir("latency-data"), {"num.partitions": str(THROUGHPUT_PARTITIONS)}, run.work_dir
+            run.new_dir("latency-data"),
+            {"num.partitions": str(THROUGHPUT_PARTITIONS)},
+            run.work_dir,
+            metrics=True,
         ) as onceflow,
         mock_broker(run.work_dir) as mock,
     ):
@@ -346,9 +351,11 @@ def latency(run: Run) -> Outcome:
                 warmup_seconds=run.sizes.latency_warmup_seconds,
                 fetch_wait_ms=LATENCY_FETCH_WAIT_MS,
             )
+        stages = outcome.figures["onceflow_stages"] = stage_times(onceflow.metrics_url)
         onceflow.stop()
         mock.stop()
     outcome.figures["fetch_wait_max_ms"] = LATENCY_FETCH_WAIT_MS
+    _print_stages(run, stages, outcome.figures["onceflow"]["p99_ms"])
     for key, text, target in (
         ("p50_ms", "p50", None),
         ("p99_ms", "p99", LATENCY_P99),
@@ -365,6 +372,20 @@ def latency(run: Run) -> Outcome:
             )
         )
     return outcome
+
+
+def _print_stages(run: Run, stages: dict[str, dict[str, float]], end_to_end_p99_ms: float) -> None:
+    """One line per stage: its times, its share of the stages' summed means, its p99 against
+    the end-to-end p99 (warm-up included: the broker cannot tell it apart)."""
+    total_mean_ms = sum(times["mean_ms"] for times in stages.values())
+    run.step("onceflow time per stage (ms; p50/p99 to their histogram bucket's upper bound):")
+    for stage, times in stages.items():
+        run.step(
+            f"  {stage:<19} n={times['count']:<7.0f} mean {times['mean_ms']:7.3f}"
+            f"  p50 ≤ {times['p50_ms']:g}  p99 ≤ {times['p99_ms']:g}"
+            f"  share of means {times['mean_ms'] / total_mean_ms:5.2f}"
+            f"  p99 / end-to-end p99 {times['p99_ms'] / end_to_end_p99_ms:5.2f}"
+        )
 
 
 def restart(run: Run) -> Outcome:

@@ -20,7 +20,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from onceflow.apis import HANDLERS, Request, dispatch, is_supported
 from onceflow.apis.api_versions import unsupported_version_response
+from onceflow.apis.common import Stamps
 from onceflow.broker.core import Broker
+from onceflow.broker.metrics import STAGE_FSYNC_TO_ANSWER, Metrics
 from onceflow.protocol.codec import encode_response
 from onceflow.protocol.connection import (
     Connection,
@@ -34,6 +36,9 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT_PER_CONNECTION = 64
 READ_CHUNK_BYTES = 256 * 1024
 METRICS_REQUEST_TIMEOUT_S = 10
+
+# A reply on its way to the writer: correlation id, response (or a future of it), the stamps.
+_Reply = tuple[int, Any, Stamps | None]
 
 # Kafka's request names (produce -> Produce, init_producer_id -> InitProducerId), for metrics.
 API_NAMES = {
@@ -102,17 +107,18 @@ class BrokerServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = writer
-        replies: asyncio.Queue[tuple[int, Any] | None] = asyncio.Queue(MAX_IN_FLIGHT_PER_CONNECTION)
+        replies: asyncio.Queue[_Reply | None] = asyncio.Queue(MAX_IN_FLIGHT_PER_CONNECTION)
         peer = writer.get_extra_info("peername")
-        sender = asyncio.create_task(_send_replies(replies, writer, peer))
+        sender = asyncio.create_task(_send_replies(replies, writer, peer, self.broker.metrics))
         connection = Connection(self.broker.config.get_int("socket.request.max.bytes"))
         try:
             while not sender.done():
                 data = await reader.read(READ_CHUNK_BYTES)
                 if not data:
                     break
+                received = time.perf_counter()
                 for event in connection.receive_data(data):
-                    reply = self._reply_to(event)
+                    reply = self._reply_to(event, received)
                     if reply is not None:
                         await replies.put(reply)
         except ProtocolError as error:
@@ -127,15 +133,20 @@ class BrokerServer:
             await _finish(sender, writer)
             del self._connections[task]
 
-    def _reply_to(self, event: RequestReceived | UnsupportedApiVersionsRequest) -> tuple[int, Any] | None:
+    def _reply_to(
+        self, event: RequestReceived | UnsupportedApiVersionsRequest, received: float
+    ) -> _Reply | None:
         if isinstance(event, UnsupportedApiVersionsRequest):
-            return event.correlation_id, unsupported_version_response()
+            return event.correlation_id, unsupported_version_response(), None
         if not is_supported(event.api_key, event.api_version):
             if event.api_key == 18:
-                return event.correlation_id, unsupported_version_response()
+                return event.correlation_id, unsupported_version_response(), None
             raise ProtocolError(f"api {event.api_key} v{event.api_version} is not supported")
         started = time.perf_counter()
-        reply = dispatch(Request(self.broker, event.api_key, event.api_version, event.header, event.body))
+        stamps = Stamps(received)
+        reply = dispatch(
+            Request(self.broker, event.api_key, event.api_version, event.header, event.body, stamps)
+        )
         if isinstance(reply, Awaitable):
             # Start waiting now, so that fsyncs of pipelined requests are shared.
             reply = asyncio.ensure_future(reply)
@@ -144,7 +155,7 @@ class BrokerServer:
             self.broker.metrics.request_finished(event.api_key, API_NAMES[event.api_key], started, reply)
         if reply is None:
             return None
-        return event.correlation_id, reply
+        return event.correlation_id, reply, stamps
 
     def _reply_done(self, api_key: int, started: float, reply: asyncio.Future[Any]) -> None:
         response = None if reply.cancelled() or reply.exception() is not None else reply.result()
@@ -180,13 +191,15 @@ class BrokerServer:
 
 
 async def _send_replies(
-    replies: asyncio.Queue[tuple[int, Any] | None], writer: asyncio.StreamWriter, peer: Any
+    replies: asyncio.Queue[_Reply | None], writer: asyncio.StreamWriter, peer: Any, metrics: Metrics
 ) -> None:
     try:
         while (item := await replies.get()) is not None:
-            correlation_id, reply = item
+            correlation_id, reply, stamps = item
             response = await reply if isinstance(reply, asyncio.Future) else reply
             writer.write(encode_response(correlation_id, response))
+            if stamps is not None and stamps.durable is not None:
+                metrics.stage(STAGE_FSYNC_TO_ANSWER, time.perf_counter() - stamps.durable)
             await writer.drain()
     except (ConnectionError, asyncio.CancelledError):
         raise

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -166,3 +166,33 @@ def test_only_metrics_is_served(tmp_path: Path) -> None:
         with pytest.raises(urllib.error.HTTPError) as posted:
             urllib.request.urlopen(request, timeout=10)
         assert posted.value.code == 405
+
+
+def test_stage_times_cover_a_produce_to_consume_round_trip(
+    broker_with_metrics: tuple[BrokerProcess, str],
+) -> None:
+    broker, url = broker_with_metrics
+    bootstrap = broker.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("stages", 1)])["stages"].result(timeout=30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "stages",
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10_000,
+        }
+    )
+    consumer.assign([TopicPartition("stages", 0, 0)])
+    assert consumer.poll(1) is None  # its next fetch waits at the high watermark
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    producer.produce("stages", VALUE)
+    assert producer.flush(30) == 0
+    message = consumer.poll(8)  # well before the fetch's own 10 s timeout: a wake-up brought it
+    assert message is not None and message.value() == VALUE
+    consumer.close()
+
+    samples = scrape(url)
+    for stage in ("decode_to_append", "fsync_wait", "fsync_to_answer", "hw_to_fetch_wakeup"):
+        assert value(samples, "onceflow_stage_seconds_count", stage=stage) >= 1, stage
+        assert value(samples, "onceflow_stage_seconds_sum", stage=stage) > 0, stage

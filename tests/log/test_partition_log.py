@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from onceflow.log.batch import validate_batches
+from onceflow.log.batch import patch_base_offset, validate_batches
 from onceflow.log.errors import LogAppendError, LogReadError, ProducerStateError
+from onceflow.log.files import write_fully_vectored
 from onceflow.log.log import AppendResult
 from onceflow.log.producer_state import list_snapshots
 from tests.log.batches import idempotent, make_batch
@@ -35,7 +36,9 @@ def test_offsets_are_consecutive_and_batches_survive_segment_rolls(tmp_path: Pat
         result = append(log, batch)
         count = validate_batches(batch)[0].record_count
         assert result == AppendResult(log.log_end_offset - count, log.log_end_offset - 1)
-        sent.append(bytes(batch))  # patched in place with its offset
+        stored = bytearray(batch)  # the log writes the assigned offset, leaving `batch` as it is
+        patch_base_offset(stored, 0, result.base_offset)
+        sent.append(bytes(stored))
 
     assert len(segment_files(tmp_path)) > 10
     assert all(path.stat().st_size <= 400 for path in segment_files(tmp_path))
@@ -260,3 +263,26 @@ def test_flush_runs_safely_beside_appends_rolls_and_retention(tmp_path: Path) ->
     assert log.flush() == log.log_end_offset == log.flushed_offset == 300
     log.close()
     assert log.flush() == 300
+
+
+def test_append_writes_offsets_and_the_leader_epoch_without_touching_the_payload(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append(log, make_batch(3))
+    payload = bytes(make_batch(2))  # immutable, as kio decodes it
+    log.append(payload, validate_batches(payload), 0, leader_epoch=9)
+    assert payload == bytes(make_batch(2))
+    stored = validate_batches(log.read(3, 10**6))
+    assert [(h.base_offset, h.last_offset, h.partition_leader_epoch) for h in stored] == [(3, 4, 9)]
+
+
+def test_a_vectored_write_of_more_pieces_than_iov_max_lands_in_order(tmp_path: Path) -> None:
+    pieces: list[bytes | bytearray | memoryview] = [
+        bytes([index % 251]) * (index % 3) for index in range(3 * os.sysconf("SC_IOV_MAX"))
+    ]
+    path = tmp_path / "pieces"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        write_fully_vectored(fd, pieces, 5)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"\0" * 5 + b"".join(bytes(piece) for piece in pieces)

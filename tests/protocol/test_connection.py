@@ -15,7 +15,7 @@ from onceflow.protocol.connection import (
     RequestReceived,
     UnsupportedApiVersionsRequest,
 )
-from tests.wire import WireClient
+from tests.wire import WireClient, make_batch
 
 
 def _frames() -> list[bytes]:
@@ -70,3 +70,34 @@ def test_truncated_bodies_never_escape_as_other_errors(tail: bytes) -> None:
     frame = FRAMES[0][4:12] + tail  # a Metadata header cut short and followed by junk
     with contextlib.suppress(ProtocolError):
         Connection(1 << 20).receive_data(struct.pack(">i", len(frame)) + frame)
+
+
+def _produce_frame(correlation_id: int, records: bytes) -> bytes:
+    client = WireClient.__new__(WireClient)
+    client._correlation_id = correlation_id - 1
+    topic_data = [{"name": "t", "partition_data": [{"index": 0, "records": records}]}]
+    return client.frame(0, 9, transactional_id=None, acks=-1, timeout=1000, topic_data=topic_data)[1]
+
+
+@given(
+    st.lists(st.lists(st.binary(max_size=300), min_size=1, max_size=3), min_size=1, max_size=6),
+    st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+    st.sampled_from([bytes, bytearray, memoryview]),
+)
+def test_any_chunking_of_produce_frames_yields_the_same_payloads(
+    batches: list[list[bytes]], cuts: list[int], chunk_type: type[bytes | bytearray | memoryview]
+) -> None:
+    payloads = [make_batch(values) for values in batches]
+    frames = [_produce_frame(index + 1, records) for index, records in enumerate(payloads)]
+    stream = b"".join(frames)
+    expected = [Connection(1 << 20).receive_data(frame)[0] for frame in frames]
+    connection = Connection(max_request_bytes=1 << 20)
+    events = []
+    position = 0
+    for cut in [*sorted(cuts), len(stream)]:
+        events += connection.receive_data(chunk_type(stream[position : max(cut, position)]))
+        position = max(cut, position)
+    assert events == expected
+    assert [
+        e.body.topic_data[0].partition_data[0].records for e in events if isinstance(e, RequestReceived)
+    ] == payloads

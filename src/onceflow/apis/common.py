@@ -21,6 +21,14 @@ class VersionRange(NamedTuple):
     max: int
 
 
+@dataclass(slots=True)
+class Stamps:
+    """perf_counter() times of one request on its way through the broker, for the stage metrics."""
+
+    received: float  # before the bytes that completed it were decoded
+    durable: float | None = None  # when what it appended was fsynced
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     broker: Broker
@@ -28,6 +36,7 @@ class Request:
     api_version: int
     header: Any
     body: Any
+    stamps: Stamps
 
     def respond(self, **values: Any) -> Any:
         """The response entity of this request's API and version."""

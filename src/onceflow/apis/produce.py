@@ -1,6 +1,7 @@
 """Produce (0): validate batches, append them, and answer per acks.
 
-Batches are stored as received: only the base offset is patched in place.
+Batches are stored as received, never copied: the log writes their base offset and leader
+epoch ahead of the rest of the bytes kio decoded.
 acks=-1 answers after fsync (shared with concurrent requests), acks=1 after
 the append, acks=0 not at all.
 
@@ -12,13 +13,15 @@ v13 names topics by id (KIP-516).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal, leader_endpoints, names_by_topic_id, once_durable
+from onceflow.apis.common import Request, is_internal, leader_endpoints, names_by_topic_id
 from onceflow.broker.core import now_ms
-from onceflow.log.batch import CorruptRecordError, patch_partition_leader_epoch, validate_batches
+from onceflow.broker.metrics import STAGE_DECODE_TO_APPEND, STAGE_FSYNC_WAIT
+from onceflow.log.batch import CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
 
@@ -51,15 +54,26 @@ def handle(request: Request) -> Any:
         responses.append(
             {"name": name, "topic_id": getattr(topic, "topic_id", None), "partition_responses": partitions}
         )
+    appended_at = time.perf_counter()
     if appended:
         request.broker.appended(appended)
+        request.broker.metrics.stage(STAGE_DECODE_TO_APPEND, appended_at - request.stamps.received)
     if acks == 0:
         return None
     if acks == -1 and appended and request.broker.cluster is not None:
         return _once_replicated(request, appended, responses, answered)
     response = _respond(request, responses, answered)
     if acks == -1 and appended:
-        return once_durable(request, appended, response)
+        return _once_fsynced(request, appended, response, appended_at)
+    return response
+
+
+async def _once_fsynced(
+    request: Request, appended: list[PartitionLog], response: Any, appended_at: float
+) -> Any:
+    """The answer once the appends are durable, with the fsync wait timed."""
+    durable = request.stamps.durable = await request.broker.wait_durable(appended)
+    request.broker.metrics.stage(STAGE_FSYNC_WAIT, durable - appended_at)
     return response
 
 
@@ -153,12 +167,8 @@ def _produce_partition(
             return _error(
                 code, f"producer {batch.producer_id} has no open transaction on {topic}-{partition}"
             )
-    data = bytearray(records)
-    leader_epoch = broker.leader_epoch(topic, partition)
-    if leader_epoch is not None:
-        patch_partition_leader_epoch(data, 0, leader_epoch)
     try:
-        result = log.append(data, headers, now_ms())
+        result = log.append(records, headers, now_ms(), leader_epoch=broker.leader_epoch(topic, partition))
     except LogError as error:
         return _error(error.error_code, str(error))
     # A duplicate is answered only once its original is durable, too.

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.markers import BrokerTransactionPartitions
-from onceflow.broker.metrics import Metrics, PrometheusMetrics
+from onceflow.broker.metrics import STAGE_HW_TO_FETCH_WAKEUP, Metrics, PrometheusMetrics
 from onceflow.broker.producer_ids import ProducerIdAllocator
 from onceflow.broker.replication import LeaderState, ReplicaFetcher
 from onceflow.cluster.view import ClusterView
@@ -120,8 +120,9 @@ class Broker:
         self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
         # Long-polling fetches by the partitions they read: a flush wakes only the fetches
         # waiting on the partitions it flushed (Kafka's delayed fetches, keyed by partition).
-        self._fetch_waiters: dict[DurableLog, set[asyncio.Future[None]]] = {}
-        self._durability_waiters: list[tuple[list[tuple[DurableLog, int]], asyncio.Future[None]]] = []
+        # Waiters get the perf_counter() time of their wake-up, to time the stages after it.
+        self._fetch_waiters: dict[DurableLog, set[asyncio.Future[float]]] = {}
+        self._durability_waiters: list[tuple[list[tuple[DurableLog, int]], asyncio.Future[float]]] = []
         self._dirty: set[DurableLog] = set()
         self._flush_requested = asyncio.Event()
         # Flush rounds run one after another, and everything appended during a round shares
@@ -453,28 +454,30 @@ class Broker:
         if any(partition in self._fetch_waiters for partition in logs):
             self._flush_requested.set()
 
-    async def wait_durable(self, logs: Iterable[DurableLog]) -> None:
-        """Return once everything appended so far to `logs` is fsynced."""
+    async def wait_durable(self, logs: Iterable[DurableLog]) -> float:
+        """Return once everything appended so far to `logs` is fsynced: the perf_counter()
+        time at which it was."""
         targets = [(partition, partition.log_end_offset) for partition in logs]
         unflushed = [partition for partition, end in targets if partition.flushed_offset < end]
         if not unflushed:
-            return
+            return time.perf_counter()
         self._dirty.update(unflushed)
-        waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._durability_waiters.append((targets, waiter))
         self._flush_requested.set()
-        await waiter
+        return await waiter
 
     async def wait_for_data(self, logs: Iterable[DurableLog], timeout_s: float) -> None:
         """Sleep until the high watermark of one of `logs` may have moved or the timeout passes."""
-        waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         logs = tuple(logs)
         for partition in logs:
             self._fetch_waiters.setdefault(partition, set()).add(waiter)
         if any(partition in self._dirty for partition in logs):
             self._flush_requested.set()
         try:
-            await asyncio.wait_for(waiter, timeout_s)
+            woken_at = await asyncio.wait_for(waiter, timeout_s)
+            self.metrics.stage(STAGE_HW_TO_FETCH_WAKEUP, time.perf_counter() - woken_at)
         except TimeoutError:
             pass
         finally:
@@ -499,13 +502,14 @@ class Broker:
                 self._dirty |= dirty
                 await asyncio.sleep(0.1)
                 continue
+            flushed_at = time.perf_counter()
             self._wake_fetches(dirty)
             still_waiting = []
             for targets, waiter in self._durability_waiters:
                 # A log deleted meanwhile will never flush further; its data is gone anyway.
                 if all(partition.flushed_offset >= end or partition.closed for partition, end in targets):
                     if not waiter.done():
-                        waiter.set_result(None)
+                        waiter.set_result(flushed_at)
                 else:
                     still_waiting.append((targets, waiter))
             self._durability_waiters = still_waiting
@@ -522,10 +526,11 @@ class Broker:
         """The high watermarks of `logs` may have moved: wake the fetches waiting on them."""
         if self._replication_waiters:
             self._wake_replication()  # a flush moves the high watermark too
+        woken_at = time.perf_counter()
         for partition in logs:
             for waiter in self._fetch_waiters.pop(partition, ()):
                 if not waiter.done():
-                    waiter.set_result(None)
+                    waiter.set_result(woken_at)
 
     async def _write_behind(self) -> None:
         """acks=0/1 data nobody waits for is flushed every log.flush.interval.ms."""

@@ -29,6 +29,15 @@ from onceflow.log.manager import LogManager
 
 # Request latency: from sub-millisecond metadata answers to long polls and slow fsyncs.
 REQUEST_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# Where a produce-to-consume round trip spends its time, stage by stage (benchmarks/README.md):
+STAGE_DECODE_TO_APPEND = "decode_to_append"  # a Produce request read, decoded and appended
+STAGE_FSYNC_WAIT = "fsync_wait"  # appended -> fsynced (acks=all)
+STAGE_FSYNC_TO_ANSWER = "fsync_to_answer"  # fsynced -> the answer handed to the socket
+STAGE_HW_TO_FETCH_WAKEUP = "hw_to_fetch_wakeup"  # the high watermark moved -> a waiting fetch runs
+STAGES = (STAGE_DECODE_TO_APPEND, STAGE_FSYNC_WAIT, STAGE_FSYNC_TO_ANSWER, STAGE_HW_TO_FETCH_WAKEUP)
+STAGE_SECONDS_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1,
+)  # fmt: skip
 FLUSH_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 
 
@@ -48,6 +57,9 @@ class Metrics:
 
     def flushed(self, seconds: float) -> None:
         """One partition's fsync took `seconds` (called from an fsync thread)."""
+
+    def stage(self, stage: str, seconds: float) -> None:
+        """One request spent `seconds` in `stage` (one of `STAGES`)."""
 
 
 class PrometheusMetrics(Metrics):
@@ -98,6 +110,15 @@ class PrometheusMetrics(Metrics):
             buckets=FLUSH_SECONDS_BUCKETS,
             registry=self.registry,
         )
+        stage_time = Histogram(
+            "onceflow_stage_seconds",
+            "Time per stage of a produce-to-consume round trip (decode_to_append, fsync_wait, "
+            "fsync_to_answer, hw_to_fetch_wakeup).",
+            ["stage"],
+            buckets=STAGE_SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self._stage_children = {stage: stage_time.labels(stage) for stage in STAGES}
         # labels() costs more than the increment it serves: resolve each child once.
         self._request_children: dict[int, tuple[Any, Any]] = {}
         self._error_children: dict[tuple[int, ErrorCode], Any] = {}
@@ -141,6 +162,9 @@ class PrometheusMetrics(Metrics):
 
     def flushed(self, seconds: float) -> None:
         self._flush_time.observe(seconds)
+
+    def stage(self, stage: str, seconds: float) -> None:
+        self._stage_children[stage].observe(seconds)
 
 
 class _StateCollector(Collector):

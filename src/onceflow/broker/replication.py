@@ -173,7 +173,7 @@ class ReplicaFetcher:
             end = self.log.log_end_offset
             raise Diverged(f"the leader's batch at {header.base_offset} is not at our end {end}")
         try:
-            result = self.log.append(bytearray(batch), [header], int(time.time() * 1000), replicated=True)
+            result = self.log.append(batch, [header], int(time.time() * 1000), replicated=True)
         except LogError as error:
             raise Diverged(f"appending the leader's batch failed: {error}") from error
         if result.duplicate or result.base_offset != header.base_offset:

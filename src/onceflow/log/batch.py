@@ -144,6 +144,19 @@ def patch_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
     _BASE_OFFSET.pack_into(buf, pos, base_offset)
 
 
+# The fields before the magic byte, outside the CRC: base offset, batch length, leader epoch.
+_STORED_PREFIX = struct.Struct(">qii")
+STORED_PREFIX_SIZE = _STORED_PREFIX.size
+
+
+def stored_prefix(header: BatchHeader, base_offset: int, leader_epoch: int | None) -> bytes:
+    """The batch's first bytes as the log stores them: with its assigned base offset and, when
+    given, the leader's epoch. Written ahead of the rest of the batch as received, so that the
+    payload is never copied to patch it."""
+    epoch = header.partition_leader_epoch if leader_epoch is None else leader_epoch
+    return _STORED_PREFIX.pack(base_offset, header.batch_length, epoch)
+
+
 def patch_partition_leader_epoch(buf: bytearray, pos: int, leader_epoch: int) -> None:
     """Stamp the leader's epoch on the batch in place (its 4 bytes follow the batch length);
     the CRC does not cover it either."""

@@ -219,7 +219,7 @@ def _write_segments(plan: CleaningPlan, latest: dict[bytes, int], result: Cleani
                     batch if len(kept_records) == header.record_count else rebuild_batch(header, kept_records)
                 )
             kept_header = parse_batch_header(kept)
-            cleaned.append(kept, [kept_header], [kept_header.base_offset], log.config.index_interval_bytes)
+            cleaned.append([kept], [kept_header], [kept_header.base_offset], log.config.index_interval_bytes)
             result.bytes_after += kept_header.size
         for entry in segment.txn_index.entries:
             if entry.last_offset in kept_markers:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 _DIRECTORY_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+_IOV_MAX = os.sysconf("SC_IOV_MAX")
 
 
 def write_fully(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
@@ -15,6 +16,20 @@ def write_fully(fd: int, data: bytes | bytearray | memoryview, position: int) ->
         written = os.pwrite(fd, view, position)
         view = view[written:]
         position += written
+
+
+def write_fully_vectored(fd: int, pieces: list[bytes | bytearray | memoryview], position: int) -> None:
+    """`write_fully` of the pieces one after another, with one pwritev per IOV_MAX pieces."""
+    while pieces:
+        written = os.pwritev(fd, pieces[:_IOV_MAX], position)
+        position += written
+        done = 0
+        while done < len(pieces) and written >= len(pieces[done]):
+            written -= len(pieces[done])
+            done += 1
+        pieces = pieces[done:]
+        if written:
+            pieces[0] = memoryview(pieces[0])[written:]
 
 
 def fsync_directory(path: Path) -> None:

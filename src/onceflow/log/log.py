@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.log.batch import BatchHeader, decode_records, patch_base_offset
+from onceflow.log.batch import STORED_PREFIX_SIZE, BatchHeader, decode_records, stored_prefix
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogReadError
 from onceflow.log.files import fsync_directory, write_atomically
@@ -122,10 +122,17 @@ class PartitionLog:
     # -- writing ------------------------------------------------------------------------------
 
     def append(
-        self, records: bytearray, headers: list[BatchHeader], now_ms: int, replicated: bool = False
+        self,
+        records: bytes | bytearray | memoryview,
+        headers: list[BatchHeader],
+        now_ms: int,
+        replicated: bool = False,
+        leader_epoch: int | None = None,
     ) -> AppendResult:
-        """Append CRC-validated batches (`headers` from `validate_batches(records)`),
-        assigning offsets by patching `records` in place. Nothing is written on error.
+        """Append CRC-validated batches (`headers` from `validate_batches(records)`) with
+        offsets assigned; `records` itself is neither copied nor changed: each batch's
+        offset-bearing prefix is written ahead of the rest. `leader_epoch`: the epoch a leader
+        stamps on its clients' batches. Nothing is written on error.
         `replicated`: a follower's copy of its leader's batches, whose leader epochs go in the
         cache (a leader starts its epoch itself; clients' batches carry whatever they like)."""
         if not headers:
@@ -156,9 +163,12 @@ class PartitionLog:
 
         base_offset = self.log_end_offset
         base_offsets = []
+        pieces: list[bytes | bytearray | memoryview] = []
+        view = memoryview(records)
         offset, position = base_offset, 0
         for header in headers:
-            patch_base_offset(records, position, offset)
+            pieces.append(stored_prefix(header, offset, leader_epoch))
+            pieces.append(view[position + STORED_PREFIX_SIZE : position + header.size])
             base_offsets.append(offset)
             offset += header.last_offset_delta + 1
             position += header.size
@@ -171,7 +181,7 @@ class PartitionLog:
         ):
             active = self._roll()
         try:
-            active.append(records, headers, base_offsets, self.config.index_interval_bytes)
+            active.append(pieces, headers, base_offsets, self.config.index_interval_bytes)
         except OSError as exc:
             raise LogAppendError(
                 ErrorCode.kafka_storage_error, f"{active.log_path}: write failed: {exc}"
@@ -184,7 +194,7 @@ class PartitionLog:
         for header, batch_offset in zip(headers, base_offsets, strict=True):
             completed = self.producer_state.update(header, batch_offset, now_ms)
             if completed is not None:
-                self._record_completion(completed, records[position : position + header.size])
+                self._record_completion(completed, view[position : position + header.size])
             position += header.size
         return AppendResult(base_offset, last_offset)
 
@@ -227,7 +237,7 @@ class PartitionLog:
             for header in segment.batches_from(replay_from):
                 self.producer_state.update(header, header.base_offset, now_ms)
 
-    def _check_keys(self, records: bytearray, headers: list[BatchHeader]) -> None:
+    def _check_keys(self, records: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
         """A compacted topic keeps the last record per key, so every record needs one (Kafka's
         LogValidator refuses the batch with INVALID_RECORD)."""
         position = 0
@@ -243,7 +253,9 @@ class PartitionLog:
                 )
             position += header.size
 
-    def _record_completion(self, completed: CompletedTransaction, marker: bytes | bytearray) -> None:
+    def _record_completion(
+        self, completed: CompletedTransaction, marker: bytes | bytearray | memoryview
+    ) -> None:
         """Index a transaction that its marker ended, if the marker is an ABORT."""
         entry = aborted_entry(completed, marker, self.producer_state.first_unstable_offset())
         if entry is None:

@@ -19,7 +19,7 @@ from onceflow.log.batch import (
     first_record_at_or_after,
     parse_batch_header,
 )
-from onceflow.log.files import write_fully
+from onceflow.log.files import write_fully_vectored
 from onceflow.log.index import OffsetIndex, TimeIndex, open_file
 from onceflow.log.transaction_index import TransactionIndex
 
@@ -198,16 +198,17 @@ class LogSegment:
 
     def append(
         self,
-        records: bytes | bytearray,
+        pieces: list[bytes | bytearray | memoryview],
         headers: list[BatchHeader],
         base_offsets: list[int],
         index_interval_bytes: int,
     ) -> None:
-        """Write already offset-patched batches at the end; on an I/O error undo everything."""
+        """Write batches at the end, in one system call: `pieces` are their bytes as stored
+        (offsets assigned), in order. On an I/O error undo everything."""
         start, start_offset = self.size, self.next_offset
         saved = (self.max_timestamp, self._bytes_since_index_entry)
         try:
-            write_fully(self._fd, records, start)
+            write_fully_vectored(self._fd, pieces, start)
             position = start
             for header, base_offset in zip(headers, base_offsets, strict=True):
                 self._track(base_offset, header.max_timestamp, position, header.size, index_interval_bytes)

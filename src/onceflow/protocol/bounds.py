@@ -44,9 +44,11 @@ class IntField:
     is_length: bool
 
 
+# A whole request as received, or a view of it inside the connection's buffer.
+Frame = bytes | memoryview
 Visit = Callable[[IntField], None] | None
 # A step checks one field that starts at `pos` and returns where the next one starts.
-Step = Callable[[bytes, int, int, Visit], int]
+Step = Callable[[Frame, int, int, Visit], int]
 
 _FIXED_WIDTHS = {
     "int8": 1,
@@ -77,19 +79,19 @@ _INT32 = struct.Struct(">i")
 _MAX_VARINT_BYTES = 5
 
 
-def check_frame(frame: bytes, header_class: type[Any], body_class: type[Any]) -> None:
+def check_frame(frame: Frame, header_class: type[Any], body_class: type[Any]) -> None:
     """Raise `FrameBoundsError` unless the header and body fit the frame."""
     walk_frame(frame, header_class, body_class, None)
 
 
-def int_fields(frame: bytes, header_class: type[Any], body_class: type[Any]) -> list[IntField]:
+def int_fields(frame: Frame, header_class: type[Any], body_class: type[Any]) -> list[IntField]:
     """The fixed-width integers of a well-formed frame, in order."""
     found: list[IntField] = []
     walk_frame(frame, header_class, body_class, found.append)
     return found
 
 
-def walk_frame(frame: bytes, header_class: type[Any], body_class: type[Any], visit: Visit) -> int:
+def walk_frame(frame: Frame, header_class: type[Any], body_class: type[Any], visit: Visit) -> int:
     end = len(frame)
     pos = _entity_step(header_class)(frame, 0, end, visit)
     return _entity_step(body_class)(frame, pos, end, visit)
@@ -99,7 +101,7 @@ def _short(pos: int, size: int, end: int) -> FrameBoundsError:
     return FrameBoundsError(f"{size} bytes needed at offset {pos}, {max(end - pos, 0)} left")
 
 
-def _read_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def _read_uvarint(buf: Frame, pos: int, end: int) -> tuple[int, int]:
     if pos < end and buf[pos] < 0x80:  # the common case: one byte
         return buf[pos], pos + 1
     value = shift = 0
@@ -115,7 +117,7 @@ def _read_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
 def _fixed(width: int, integers: tuple[tuple[int, int], ...]) -> Step:
     """A run of fixed-width fields; `integers` are the (offset in the run, width) of its integers."""
 
-    def step(buf: bytes, pos: int, end: int, visit: Visit) -> int:
+    def step(buf: Frame, pos: int, end: int, visit: Visit) -> int:
         if pos + width > end:
             raise _short(pos, width, end)
         if visit is not None:
@@ -126,7 +128,7 @@ def _fixed(width: int, integers: tuple[tuple[int, int], ...]) -> Step:
     return step
 
 
-LengthReader = Callable[[bytes, int, int, Visit], tuple[int, int]]
+LengthReader = Callable[[Frame, int, int, Visit], tuple[int, int]]
 
 
 def _length_prefix(flexible: bool, wide: bool, nullable: bool, what: str) -> LengthReader:
@@ -136,7 +138,7 @@ def _length_prefix(flexible: bool, wide: bool, nullable: bool, what: str) -> Len
     def refuse(length: int, pos: int) -> FrameBoundsError:
         return FrameBoundsError(f"{what} length {length} at offset {pos} is not allowed")
 
-    def read_compact(buf: bytes, pos: int, end: int, visit: Visit) -> tuple[int, int]:
+    def read_compact(buf: Frame, pos: int, end: int, visit: Visit) -> tuple[int, int]:
         raw, pos = _read_uvarint(buf, pos, end)
         if raw - 1 < lowest:
             raise refuse(raw - 1, pos)
@@ -145,7 +147,7 @@ def _length_prefix(flexible: bool, wide: bool, nullable: bool, what: str) -> Len
     legacy = _INT32 if wide else _INT16
     size = legacy.size
 
-    def read_legacy(buf: bytes, pos: int, end: int, visit: Visit) -> tuple[int, int]:
+    def read_legacy(buf: Frame, pos: int, end: int, visit: Visit) -> tuple[int, int]:
         if pos + size > end:
             raise _short(pos, size, end)
         if visit is not None:
@@ -161,7 +163,7 @@ def _length_prefix(flexible: bool, wide: bool, nullable: bool, what: str) -> Len
 def _sized(flexible: bool, wide: bool, nullable: bool, what: str) -> Step:
     read_length = _length_prefix(flexible, wide, nullable, what)
 
-    def step(buf: bytes, pos: int, end: int, visit: Visit) -> int:
+    def step(buf: Frame, pos: int, end: int, visit: Visit) -> int:
         length, pos = read_length(buf, pos, end, visit)
         if length > 0:
             if pos + length > end:
@@ -187,7 +189,7 @@ def _array(element: Step, min_element_size: int, fixed_width: int, flexible: boo
     """An array; `fixed_width` is its elements' size when they all have the same one, else 0."""
     read_count = _length_prefix(flexible, True, nullable, "array")
 
-    def step(buf: bytes, pos: int, end: int, visit: Visit) -> int:
+    def step(buf: Frame, pos: int, end: int, visit: Visit) -> int:
         count, pos = read_count(buf, pos, end, visit)
         if count <= 0:
             return pos
@@ -204,7 +206,7 @@ def _array(element: Step, min_element_size: int, fixed_width: int, flexible: boo
 
 
 def _nullable_entity(entity: Step) -> Step:
-    def step(buf: bytes, pos: int, end: int, visit: Visit) -> int:
+    def step(buf: Frame, pos: int, end: int, visit: Visit) -> int:
         if pos >= end:
             raise _short(pos, 1, end)
         (marker,) = _INT8.unpack_from(buf, pos)
@@ -309,7 +311,7 @@ def _make_entity_step(entity_class: type[Any]) -> Step:
     if run_width:
         steps.append(_fixed(run_width, tuple(run_integers)))
 
-    def step(buf: bytes, pos: int, end: int, visit: Visit) -> int:
+    def step(buf: Frame, pos: int, end: int, visit: Visit) -> int:
         for field_step in steps:
             pos = field_step(buf, pos, end, visit)
         if flexible:
@@ -321,7 +323,7 @@ def _make_entity_step(entity_class: type[Any]) -> Step:
     return step
 
 
-def _tagged_fields(buf: bytes, pos: int, end: int, visit: Visit, known: dict[int, Step]) -> int:
+def _tagged_fields(buf: Frame, pos: int, end: int, visit: Visit, known: dict[int, Step]) -> int:
     count, pos = _read_uvarint(buf, pos, end)
     if not count:
         return pos

@@ -16,7 +16,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 
 from onceflow import failpoints
-from onceflow.protocol.bounds import FrameBoundsError, check_frame
+from onceflow.protocol.bounds import Frame, FrameBoundsError, check_frame
 
 _INT32 = struct.Struct(">i")
 # Off only when a test plants the bug the check prevents, to show that the fuzzer finds it.
@@ -32,7 +32,7 @@ class MalformedRequestError(ValueError):
     """The request frame could not be decoded."""
 
 
-def peek_request_prefix(frame: bytes) -> tuple[int, int, int]:
+def peek_request_prefix(frame: Frame) -> tuple[int, int, int]:
     """Api key, version and correlation id, readable even when the rest is not."""
     if len(frame) < _REQUEST_PREFIX.size:
         raise MalformedRequestError(f"request frame of {len(frame)} bytes is too short")
@@ -59,7 +59,7 @@ def _request_readers(api_key: int, api_version: int) -> tuple[Callable[..., Any]
     return entity_reader(body.__header_schema__), entity_reader(body)
 
 
-def decode_request(frame: bytes) -> tuple[Any, Any]:
+def decode_request(frame: Frame) -> tuple[Any, Any]:
     """(header, body) of one request frame without its length prefix."""
     api_key, api_version, _ = peek_request_prefix(frame)
     read_header, read_body = _request_readers(api_key, api_version)

@@ -47,24 +47,50 @@ class UnsupportedApiVersionsRequest:
 class Connection:
     def __init__(self, max_request_bytes: int) -> None:
         self._max_request_bytes = max_request_bytes
-        self._buffer = bytearray()
+        # Only the start of a frame that a later read completes waits here; whole frames are
+        # decoded straight from the bytes the shell passed in.
+        self._pending = bytearray()
 
-    def receive_data(self, data: bytes) -> list[RequestReceived | UnsupportedApiVersionsRequest]:
-        self._buffer += data
+    def receive_data(
+        self, data: bytes | bytearray | memoryview
+    ) -> list[RequestReceived | UnsupportedApiVersionsRequest]:
+        if self._pending:
+            self._pending += data
+            stream: bytes | bytearray | memoryview = self._pending
+        else:
+            stream = data
         events: list[RequestReceived | UnsupportedApiVersionsRequest] = []
-        while len(self._buffer) >= 4:
-            (size,) = _INT32.unpack_from(self._buffer)
-            if size < 8 or size > self._max_request_bytes:
-                raise ProtocolError(f"request size {size} outside 8..{self._max_request_bytes}")
-            if len(self._buffer) < 4 + size:
-                break
-            frame = bytes(self._buffer[4 : 4 + size])
-            del self._buffer[: 4 + size]
-            events.append(self._decode(frame))
+        # kio's native reader takes read-only buffers only; toreadonly() copies nothing.
+        with memoryview(stream).toreadonly() as view:
+            position = self._decode_frames(view, events)
+            if stream is self._pending:
+                # Frames are decoded into objects of their own (kio copies bytes fields out),
+                # so no view into the buffer outlives this call and it may shrink.
+                view.release()
+                del self._pending[:position]
+            else:
+                self._pending += view[position:]
         return events
 
+    def _decode_frames(
+        self, view: memoryview, events: list[RequestReceived | UnsupportedApiVersionsRequest]
+    ) -> int:
+        """Decode every whole frame in `view`; returns where the unfinished rest starts."""
+        position = 0
+        while len(view) - position >= 4:
+            (size,) = _INT32.unpack_from(view, position)
+            if size < 8 or size > self._max_request_bytes:
+                raise ProtocolError(f"request size {size} outside 8..{self._max_request_bytes}")
+            end = position + 4 + size
+            if len(view) < end:
+                break
+            with view[position + 4 : end] as frame:
+                events.append(self._decode(frame))
+            position = end
+        return position
+
     @staticmethod
-    def _decode(frame: bytes) -> RequestReceived | UnsupportedApiVersionsRequest:
+    def _decode(frame: memoryview) -> RequestReceived | UnsupportedApiVersionsRequest:
         try:
             api_key, api_version, correlation_id = peek_request_prefix(frame)
             header, body = decode_request(frame)
