@@ -39,18 +39,22 @@ def quixstreams_python(log_path: Path) -> Path:
         return VENV_PYTHON
     shutil.rmtree(VENV_DIR, ignore_errors=True)
     with log_path.open("w") as log:
-        for argv in (
-            [sys.executable, "-m", "venv", str(VENV_DIR)],
-            [str(VENV_PYTHON), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)],
-        ):
+        steps = {
+            f"python -m venv {VENV_DIR.name}": [sys.executable, "-m", "venv", str(VENV_DIR)],
+            f"pip install -r {REQUIREMENTS.name}": [
+                str(VENV_PYTHON),
+                *("-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)),
+            ],
+        }
+        for step, argv in steps.items():
             try:
                 finished = subprocess.run(
                     argv, stdout=log, stderr=subprocess.STDOUT, timeout=_INSTALL_TIMEOUT_S
                 )
             except subprocess.TimeoutExpired:
-                raise VenvUnavailable(f"{' '.join(argv[1:4])} took over {_INSTALL_TIMEOUT_S:.0f} s") from None
+                raise VenvUnavailable(f"{step} took over {_INSTALL_TIMEOUT_S:.0f} s") from None
             if finished.returncode != 0:
-                raise VenvUnavailable(f"{' '.join(argv[1:4])} failed: {_last_error(log_path)}")
+                raise VenvUnavailable(f"{step} failed: {_last_error(log_path)}")
     _STAMP.write_text(wanted + "\n")
     return VENV_PYTHON
 

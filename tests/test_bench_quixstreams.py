@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow import EmbeddedBroker
 
@@ -27,11 +28,20 @@ RECORDS = 200
 def test_quixstreams_writes_each_record_transformed_exactly_once(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin.create_topics([NewTopic("quix-in", PARTITIONS, 1)])["quix-in"].result(30)
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
     values = [f"payment {number} captured".encode() for number in range(RECORDS)]
+    failures: list[KafkaError] = []
     for number, value in enumerate(values):
-        producer.produce("quix-in", value, partition=number % PARTITIONS)
+        producer.produce(
+            "quix-in",
+            value,
+            partition=number % PARTITIONS,
+            on_delivery=lambda error, _: failures.append(error),
+        )
     assert producer.flush(30) == 0
+    assert [error for error in failures if error is not None] == []
     finished = subprocess.run(
         [
             str(VENV_PYTHON),
