@@ -40,4 +40,4 @@ fuzz: setup
 		--json benchmarks/results/fuzz-latest.json
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-quixstreams .mypy_cache .pytest_cache .ruff_cache

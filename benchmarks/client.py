@@ -273,7 +273,8 @@ def read_to_end(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 raise KafkaException(error)
     seconds = time.perf_counter() - started
-    positions = [partition.offset for partition in consumer.position(partitions)]
+    # An empty partition reaches EOF without a fetched record, so its position stays unset (-1001).
+    positions = [max(partition.offset, 0) for partition in consumer.position(partitions)]
     consumer.close()
     if positions != ends:
         raise SystemExit(f"stopped at offsets {positions}, but the ends were {ends}")

@@ -26,6 +26,7 @@ BENCHMARKS_DIR = Path(__file__).resolve().parent
 CLIENT_SCRIPT = BENCHMARKS_DIR / "client.py"
 MOCK_BROKER_SCRIPT = BENCHMARKS_DIR / "mock_broker.py"
 SPARK_JOB_SCRIPT = BENCHMARKS_DIR / "spark_job.py"
+QUIX_SCRIPT = BENCHMARKS_DIR / "quix_payments.py"
 
 _LISTENING = re.compile(r"listening on (\S+):(\d+)")
 _METRICS = re.compile(r"metrics on (\S+)")
@@ -207,10 +208,14 @@ def run_client(command: str, options: Mapping[str, Any], timeout_s: float, log_d
 
 
 def run_script(
-    script_and_args: list[Any], options: Mapping[str, Any], timeout_s: float, log_dir: Path
+    script_and_args: list[Any],
+    options: Mapping[str, Any],
+    timeout_s: float,
+    log_dir: Path,
+    python: Path | str = sys.executable,
 ) -> dict[str, Any]:
     """Run a benchmark script with `--option value` arguments; return the JSON line it prints last."""
-    argv = [sys.executable, *map(str, script_and_args)]
+    argv = [str(python), *map(str, script_and_args)]
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     log_path = log_dir / f"{Path(argv[1]).stem}.log"

@@ -90,11 +90,16 @@ def results_table(rows: list[Row]) -> Table:
         table.add_column(column, justify="left" if column == "scenario" else "right")
     for row in rows:
         result = {None: "", True: "[green]pass[/green]", False: "[red]miss[/red]"}[row.passed]
+        reference = (
+            f"{row.reference_name} skipped: {row.skipped}"
+            if row.reference is None
+            else f"{row.reference_name} {row.reference:,.2f} {row.unit}"
+        )
         table.add_row(
             row.scenario,
             f"{row.onceflow:,.2f} {row.unit}",
-            f"{row.reference_name} {row.reference:,.2f} {row.unit}",
-            f"{row.ratio:.2f}",
+            reference,
+            "" if row.ratio is None else f"{row.ratio:.2f}",
             row.target.text if row.target else "",
             result,
         )

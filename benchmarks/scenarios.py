@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from processes import (
+    QUIX_SCRIPT,
     SPARK_JOB_SCRIPT,
     BenchmarkError,
     BrokerProcess,
@@ -27,6 +28,7 @@ from processes import (
     run_script,
     stage_times,
 )
+from quixstreams_venv import QUIXSTREAMS_VERSION, VENV_DIR, VenvUnavailable, quixstreams_python
 from rich.console import Console
 
 MB = 1_000_000  # decimal megabytes, as dd reports them
@@ -106,6 +108,7 @@ RSS = Target("< 200 MB", on_ratio=False, limit=200.0)
 TRANSACTIONAL_VS_IDEMPOTENT = Target("ratio ≥ 0.95", on_ratio=True, limit=0.95)
 COMMITTED_VS_UNCOMMITTED = Target("ratio ≥ 0.95", on_ratio=True, limit=0.95)
 EXACTLY_ONCE_VS_AT_LEAST_ONCE = Target("ratio ≥ 0.9", on_ratio=True, limit=0.9)
+SPARK_VS_QUIXSTREAMS = Target("ratio ≥ 1.0", on_ratio=True, limit=1.0)
 BOUNDS_CHECK_COST = Target("ratio ≥ 0.97", on_ratio=True, limit=0.97)
 TARGETS = {
     "produce 1 KB records, MB/s, vs dd fdatasync": PRODUCE_VS_DISK,
@@ -118,6 +121,9 @@ TARGETS = {
     ),
     "read_committed vs read_uncommitted, time to the end of the same log": COMMITTED_VS_UNCOMMITTED,
     "Spark query records/s, exactly-once sink vs at-least-once": EXACTLY_ONCE_VS_AT_LEAST_ONCE,
+    "Spark query records/s vs quixstreams, both exactly-once, same transform and records": (
+        SPARK_VS_QUIXSTREAMS
+    ),
     "produce with the request bounds check vs without (MB/s, and MB per broker CPU second)": (
         BOUNDS_CHECK_COST
     ),
@@ -129,17 +135,20 @@ class Row:
     scenario: str
     unit: str
     onceflow: float
-    reference: float
+    reference: float | None  # None when the reference was skipped
     reference_name: str
     target: Target | None = None
+    skipped: str = ""  # why the reference did not run, e.g. its venv could not be made
 
     @property
-    def ratio(self) -> float:
-        return self.onceflow / self.reference
+    def ratio(self) -> float | None:
+        return None if self.reference is None else self.onceflow / self.reference
 
     @property
     def passed(self) -> bool | None:
-        return None if self.target is None else self.target.met(self.onceflow, self.ratio)
+        if self.target is None or self.ratio is None:
+            return None
+        return self.target.met(self.onceflow, self.ratio)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -614,6 +623,12 @@ def spark(run: Run) -> Outcome:
     """
     outcome = Outcome()
     records = run.sizes.spark_records
+    # Made before the broker starts, so installing quixstreams slows no measured run.
+    quix_python, quix_skipped = _quixstreams_venv(run)
+    quix_runs: list[dict[str, Any]] = []
+    # Around the Spark job, like the consumer reads: --quick's single run goes after it.
+    quix_before = run.sizes.spark_rounds // 2 if quix_python else 0
+    quix_after = run.sizes.spark_rounds - quix_before if quix_python else 0
     with onceflow_broker(
         run.new_dir("spark-data"), {"num.partitions": str(THROUGHPUT_PARTITIONS)}, run.work_dir
     ) as broker:
@@ -622,6 +637,8 @@ def spark(run: Run) -> Outcome:
             run, broker, "spark-in", SPARK_RECORD_SIZE, records * SPARK_RECORD_SIZE
         )
         consumer_reads = [_read_committed(run, broker, "spark-in")]
+        for _ in range(quix_before):
+            quix_runs.append(_quixstreams_run(run, broker, quix_python, len(quix_runs) + 1))
         run.step(
             f"Spark job: {run.sizes.spark_rounds} x (exactly-once, at-least-once) query, maxOffsetsPerTrigger"
             f" {run.sizes.spark_max_offsets_per_trigger:,}, then {run.sizes.spark_rounds} batch reads"
@@ -641,6 +658,21 @@ def spark(run: Run) -> Outcome:
             log_dir=run.work_dir,
         )
         consumer_reads.append(_read_committed(run, broker, "spark-in"))
+        for _ in range(quix_after):
+            quix_runs.append(_quixstreams_run(run, broker, quix_python, len(quix_runs) + 1))
+        if quix_runs:
+            # Same input, same transform: both exactly-once outputs hold one record per input record.
+            outputs = {
+                topic: _read_committed(run, broker, topic)["records"]
+                for topic in ("spark-out-exactly-once-1", f"quix-out-{len(quix_runs)}")
+            }
+            if set(outputs.values()) != {records}:
+                raise BenchmarkError(f"committed output records {outputs}, expected {records} in each")
+            outcome.figures["quixstreams"] = {
+                "version": QUIXSTREAMS_VERSION,
+                "runs": quix_runs,
+                "outputs": outputs,
+            }
         broker.stop()
     streams: dict[str, list[dict[str, Any]]] = job["stream"]
     rates = {
@@ -683,6 +715,22 @@ def spark(run: Run) -> Outcome:
             EXACTLY_ONCE_VS_AT_LEAST_ONCE,
         )
     )
+    quix_rate = statistics.median(figures["records_per_s"] for figures in quix_runs) if quix_runs else None
+    if quix_runs:
+        outcome.figures["quixstreams"]["median_records_per_s"] = quix_rate
+    else:
+        outcome.figures["quixstreams"] = {"version": QUIXSTREAMS_VERSION, "skipped": quix_skipped}
+    outcome.rows.append(
+        Row(
+            f"Spark query vs quixstreams {QUIXSTREAMS_VERSION}, both exactly-once",
+            "k rec/s",
+            rates["exactly-once"] / 1000,
+            None if quix_rate is None else quix_rate / 1000,
+            "quixstreams",
+            SPARK_VS_QUIXSTREAMS,
+            skipped=quix_skipped,
+        )
+    )
     for key, text in (("p50_ms", "p50"), ("p99_ms", "p99")):
         outcome.rows.append(
             Row(
@@ -703,6 +751,37 @@ def spark(run: Run) -> Outcome:
         )
     )
     return outcome
+
+
+def _quixstreams_venv(run: Run) -> tuple[Path | None, str]:
+    """The reference's interpreter, or None and why not: no venv skips its row, not the run."""
+    run.step(f"quixstreams {QUIXSTREAMS_VERSION} in {VENV_DIR.name} (made if missing)")
+    try:
+        return quixstreams_python(run.work_dir / "quixstreams-venv.log"), ""
+    except VenvUnavailable as error:
+        run.step(f"quixstreams skipped: {error}")
+        return None, str(error)
+
+
+def _quixstreams_run(run: Run, broker: BrokerProcess, python: Path | None, number: int) -> dict[str, Any]:
+    """`quix_payments.py`: the Spark query's transform over the same topic, exactly-once."""
+    assert python is not None
+    run.step(f"quixstreams exactly-once, spark-in -> quix-out-{number}")
+    return run_script(
+        [QUIX_SCRIPT],
+        {
+            "bootstrap": broker.bootstrap,
+            "topic": "spark-in",
+            "output_topic": f"quix-out-{number}",
+            "partitions": THROUGHPUT_PARTITIONS,
+            "records": run.sizes.spark_records,
+            "consumer_group": f"quix-bench-{number}",
+            "state_dir": run.new_dir(f"quix-state-{number}"),
+        },
+        timeout_s=900,
+        log_dir=run.work_dir,
+        python=python,
+    )
 
 
 def median_stages(runs: list[dict[str, Any]]) -> dict[str, float]:
