@@ -39,8 +39,10 @@ def _matrix(tmp_path: Path, *selection: str) -> tuple[dict[tuple[str, str], Any]
 
 @pytest.mark.timeout(150)
 def test_exactly_once_keeps_its_promises_under_lost_acks_and_a_zombie(tmp_path: Path) -> None:
-    rows, table = _matrix(tmp_path, "--failure", "A", "--failure", "E", "--guarantee", "exactly-once")
-    assert set(rows) == {("A", "exactly-once"), ("E", "exactly-once")}
+    rows, table = _matrix(
+        tmp_path, "--failure", "A", "--failure", "E", "--failure", "F", "--guarantee", "exactly-once"
+    )
+    assert set(rows) == {("A", "exactly-once"), ("E", "exactly-once"), ("F", "exactly-once")}
     lost_acks = rows["A", "exactly-once"]["cells"]
     assert {name: cell["measured"] for name, cell in lost_acks.items()} == dict.fromkeys(ANOMALIES, 0)
     # The zombie went on after its successor started, and fencing kept its batch from landing twice.
@@ -48,6 +50,11 @@ def test_exactly_once_keeps_its_promises_under_lost_acks_and_a_zombie(tmp_path: 
     assert zombie["run"]["coverage"]["zombies_resumed"] > 0
     duplicated = zombie["cells"]["duplicated"]
     assert duplicated == {"predicted": NEVER, "measured": 0, "verdict": "clean", "agrees": True}
+    # The hanging transaction's records reached the log, and its abort kept them from the readers.
+    hanging = rows["F", "exactly-once"]
+    assert hanging["run"]["coverage"]["aborted_records_in_log"] > 0
+    aborted = hanging["cells"]["aborted_reads"]
+    assert aborted == {"predicted": NEVER, "measured": 0, "verdict": "clean", "agrees": True}
     assert "0 never" in table
 
 

@@ -52,7 +52,7 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
         "matrix", help="each documented failure alone against each guarantee, judged against the promises"
     )
     matrix.add_argument(
-        "--failure", action="append", choices=["A", "B", "C", "D", "E"], help="repeatable; default all"
+        "--failure", action="append", choices=["A", "B", "C", "D", "E", "F"], help="repeatable; default all"
     )
     matrix.add_argument("--guarantee", action="append", choices=list(PRESETS), help="repeatable; default all")
     matrix.add_argument("--messages", type=int, default=150)

@@ -36,6 +36,7 @@ FAILURES = (
     Failure("C", "fire-and-forget sends lost on the way (a dropped request)", ("lost-requests",)),
     Failure("D", "a consumer crashed after processing, before committing", ("consumer-crash",)),
     Failure("E", "a zombie consumer: paused there, on again once its successor ran", ("zombie-consumer",)),
+    Failure("F", "a hanging transaction: the broker's timeout aborts it", ("txn-timeout",)),
 )
 MAY, NEVER = "may", "never"
 # What the documents promise per guarantee; aborted reads matter only to read_committed readers.
