@@ -104,17 +104,19 @@ class WireClient:
         fetch_offset: int = 0,
         isolation_level: int = 0,
         replica_state: dict[str, Any] | None = None,
+        max_wait: int = 0,
+        min_bytes: int = 0,
         **partition_fields: Any,
     ) -> Any:
-        """A Fetch that answers at once; `partitions` maps topic names (ids from v13) to partition numbers."""
+        """A Fetch, answered at once by default; `partitions` maps topics (ids from v13) to partitions."""
         topic_key = "topic_id" if version >= 13 else "topic"
         return self.request(
             1,
             version,
             replica_id=-1,
             replica_state=replica_state or {},
-            max_wait=0,
-            min_bytes=0,
+            max_wait=max_wait,
+            min_bytes=min_bytes,
             max_bytes=1 << 20,
             isolation_level=isolation_level,
             session_id=0,

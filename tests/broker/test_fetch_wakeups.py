@@ -15,24 +15,7 @@ from tests.wire import WireClient, make_batch, produce
 
 
 def _long_poll(client: WireClient, topic: str) -> Any:
-    return client.request(
-        1,
-        12,
-        max_wait=20_000,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            {
-                "topic": topic,
-                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
-            }
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    return client.fetch({topic: [0]}, max_wait=20_000, min_bytes=1)
 
 
 def test_flushes_of_other_partitions_do_not_wake_a_waiting_fetch(

@@ -50,34 +50,7 @@ def fetch_log(address: str, topic: str) -> list[tuple[int, bytes]]:
     with WireClient(address) as client:
         while True:
             offset = found[-1][0] + 1 if found else 0
-            response = client.request(
-                1,
-                12,
-                replica_id=-1,
-                max_wait=0,
-                min_bytes=1,
-                max_bytes=1 << 20,
-                isolation_level=0,
-                session_id=0,
-                session_epoch=-1,
-                topics=[
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {
-                                "partition": 0,
-                                "current_leader_epoch": -1,
-                                "fetch_offset": offset,
-                                "last_fetched_epoch": -1,
-                                "log_start_offset": -1,
-                                "partition_max_bytes": 1 << 20,
-                            }
-                        ],
-                    }
-                ],
-                forgotten_topics_data=[],
-                rack_id="",
-            )
+            response = client.fetch({topic: [0]}, fetch_offset=offset)
             answer = response.responses[0].partitions[0]
             assert answer.error_code == ErrorCode.none
             records = bytes(answer.records or b"")

@@ -26,34 +26,7 @@ def create_topic(cluster: Cluster, name: str, partitions: int, factor: int, **co
 
 def fetch_error(address: str, topic: str, partition: int) -> int:
     with WireClient(address) as client:
-        response = client.request(
-            1,
-            12,
-            replica_id=-1,
-            max_wait=0,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": 0,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                    ],
-                }
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
+        response = client.fetch({topic: [partition]})
     return int(response.responses[0].partitions[0].error_code)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -17,10 +16,9 @@ import pytest
 
 from onceflow.lab.checker import KINDS
 from onceflow.lab.report import write_html
+from tests.lab.chromium import chromium, needs_chromium, rendered_title
 
 pytestmark = pytest.mark.soak
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
@@ -130,29 +128,6 @@ def test_the_json_report_has_the_documented_shape(lab_run: tuple[dict[str, Any],
         assert run["aborted_reads"] == kinds.count("aborted-read")
 
 
-def _chromium(tmp_path: Path, page: Path, *mode: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'chromium-profile'}",
-            "--window-size=1200,900",
-            *mode,
-            f"file://{page}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def _title(dom: str) -> str:
     return dom.split("<title>", 1)[1].split("</title>", 1)[0]
 
@@ -171,12 +146,9 @@ def _png_pixels(path: Path) -> bytes:
     return zlib.decompress(idat)
 
 
-needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="scripts/setup.sh installs chromium")
-
-
 @needs_chromium
 @pytest.mark.chromium
-def test_the_html_report_renders_its_chart_in_chromium(
+def test_the_html_report_renders_its_chart_inchromium(
     lab_run: tuple[dict[str, Any], Path], tmp_path: Path
 ) -> None:
     page = lab_run[1]
@@ -185,13 +157,13 @@ def test_the_html_report_renders_its_chart_in_chromium(
     ), "the page must be self-contained"
     # The page checks itself: its summary chart has bars, no label is clipped, no cell holds JSON
     # (tests/lab/test_report.py shows the check failing on broken pages).
-    dom = _chromium(tmp_path, page, "--dump-dom")
+    dom = chromium(tmp_path, page, "--dump-dom")
     assert _title(dom.stdout) == "report ok", dom.stderr[-2000:]
     assert dom.stdout.count('class="bar"') == 9
     for number in (1, 2, 3):
         assert f'id="timeline-{number}"' in dom.stdout and f'id="rates-{number}"' in dom.stdout
     screenshot = tmp_path / "lab.png"
-    _chromium(tmp_path, page, f"--screenshot={screenshot}")
+    chromium(tmp_path, page, f"--screenshot={screenshot}")
     assert screenshot.exists()
     assert len(set(_png_pixels(screenshot))) > 16, "the screenshot is blank"
 
@@ -201,4 +173,4 @@ def test_the_html_report_renders_its_chart_in_chromium(
 def test_a_page_without_its_chart_is_caught(tmp_path: Path) -> None:
     page = tmp_path / "empty.html"
     write_html([], page)
-    assert _title(_chromium(tmp_path, page, "--dump-dom").stdout) == "report broken: chart missing"
+    assert rendered_title(tmp_path, page) == "report broken: chart missing"

@@ -5,8 +5,6 @@ itself in headless Chromium (with broken pages as negative controls)."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -17,8 +15,8 @@ from rich.console import Console
 from onceflow.lab import matrix, timeline
 from onceflow.lab.history import Event
 from onceflow.lab.report import human, print_table, render_html, write_html
+from tests.lab.chromium import needs_chromium, rendered_title
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 T0 = 1_700_000_000.0
 FAULTS = ["lost-acks", "producer-crash", "consumer-crash", "zombie-consumer"]
 
@@ -208,32 +206,6 @@ def test_the_matrix_table_fits_80_columns_with_words_intact() -> None:
         assert word in text, word
 
 
-def _chromium_title(tmp_path: Path, page: Path) -> str:
-    dom = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'chromium-profile'}",
-            "--window-size=1200,900",
-            "--dump-dom",
-            f"file://{page}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return dom.stdout.split("<title>", 1)[1].split("</title>", 1)[0]
-
-
-needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="scripts/setup.sh installs chromium")
-
-
 @needs_chromium
 @pytest.mark.chromium
 @pytest.mark.parametrize(
@@ -256,4 +228,4 @@ def test_the_rendered_report_checks_its_labels_and_cells(
     write_html([row["run"] for row in rows], page, matrix=rows)
     if breakage is not None:
         page.write_text(page.read_text().replace("<h2>Runs</h2>", breakage + "<h2>Runs</h2>"))
-    assert _chromium_title(tmp_path, page) == title
+    assert rendered_title(tmp_path, page) == title
