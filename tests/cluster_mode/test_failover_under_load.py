@@ -151,7 +151,7 @@ def test_an_idempotent_acks_all_producer_loses_duplicates_and_reorders_nothing_w
         except BaseException as error:  # re-raised on the test's thread
             errors.append(error)
 
-    killer = threading.Thread(target=chaos, name="killer")
+    killer = threading.Thread(target=chaos, name="killer", daemon=True)
     killer.start()
     try:
         acknowledged, failures = produce_for(cluster, SOAK_S)
