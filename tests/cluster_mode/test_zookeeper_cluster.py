@@ -82,13 +82,25 @@ def test_only_the_leader_takes_produce_and_fetch(shared_cluster: Cluster) -> Non
     create_topic(cluster, "single", 1, 2)
     partition = cluster.wait_for_leader("single")
     followers = [broker_id for broker_id in BROKER_IDS if broker_id != partition.leader_id]
+    leader_address = cluster.brokers[partition.leader_id].bootstrap_servers
     for broker_id in [*followers, partition.leader_id]:
         address = cluster.brokers[broker_id].bootstrap_servers
         with WireClient(address) as client:
-            answer = produce(client, "single", 0, make_batch([b"x"]), acks=1)
+            answer = produce(client, "single", 0, make_batch([b"x"]), acks=1, version=10)
         expected = ErrorCode.none if broker_id == partition.leader_id else ErrorCode.not_leader_or_follower
         assert (broker_id, answer.error_code) == (broker_id, expected)
         assert (broker_id, fetch_error(address, "single", 0)) == (broker_id, expected)
+    # KIP-951: a follower names the leader, and where to reach it, so clients skip a Metadata round.
+    leader = (partition.leader_id, partition.leader_epoch)
+    for broker_id in followers:
+        with WireClient(cluster.brokers[broker_id].bootstrap_servers) as client:
+            answer = produce(client, "single", 0, make_batch([b"x"]), acks=1, version=10)
+            fetched = client.fetch({"single": [0]}, 12)
+            with_endpoints = client.fetch({cluster.metadata(broker_id, "single").topics[0].topic_id: [0]}, 16)
+        for named in (answer.current_leader, fetched.responses[0].partitions[0].current_leader):
+            assert (named.leader_id, named.leader_epoch) == leader
+        [endpoint] = with_endpoints.node_endpoints
+        assert (endpoint.node_id, f"{endpoint.host}:{endpoint.port}") == (partition.leader_id, leader_address)
 
 
 def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_lost(
