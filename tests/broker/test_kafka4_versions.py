@@ -145,7 +145,7 @@ def test_list_offsets_tiered_storage_timestamps_without_tiered_storage(broker: E
 
 def test_leader_endpoints_name_the_leaders_of_moved_partitions() -> None:
     here = Endpoint(3, "broker3", 9093)
-    request: Any = SimpleNamespace(broker=SimpleNamespace(endpoint=here))
+    request: Any = SimpleNamespace(broker=SimpleNamespace(known_endpoints=lambda: [here]))
     partitions = [
         {
             "error_code": ErrorCode.not_leader_or_follower,

@@ -8,8 +8,15 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 from kio.schema.errors import ErrorCode
 
 from tests.cluster_mode.conftest import BROKER_IDS, Cluster
@@ -82,13 +89,25 @@ def test_only_the_leader_takes_produce_and_fetch(shared_cluster: Cluster) -> Non
     create_topic(cluster, "single", 1, 2)
     partition = cluster.wait_for_leader("single")
     followers = [broker_id for broker_id in BROKER_IDS if broker_id != partition.leader_id]
+    leader_address = cluster.brokers[partition.leader_id].bootstrap_servers
     for broker_id in [*followers, partition.leader_id]:
         address = cluster.brokers[broker_id].bootstrap_servers
         with WireClient(address) as client:
-            answer = produce(client, "single", 0, make_batch([b"x"]), acks=1)
+            answer = produce(client, "single", 0, make_batch([b"x"]), acks=1, version=10)
         expected = ErrorCode.none if broker_id == partition.leader_id else ErrorCode.not_leader_or_follower
         assert (broker_id, answer.error_code) == (broker_id, expected)
         assert (broker_id, fetch_error(address, "single", 0)) == (broker_id, expected)
+    # KIP-951: a follower names the leader, and where to reach it, so clients skip a Metadata round.
+    leader = (partition.leader_id, partition.leader_epoch)
+    for broker_id in followers:
+        with WireClient(cluster.brokers[broker_id].bootstrap_servers) as client:
+            answer = produce(client, "single", 0, make_batch([b"x"]), acks=1, version=10)
+            fetched = client.fetch({"single": [0]}, 12)
+            with_endpoints = client.fetch({cluster.metadata(broker_id, "single").topics[0].topic_id: [0]}, 16)
+        for named in (answer.current_leader, fetched.responses[0].partitions[0].current_leader):
+            assert (named.leader_id, named.leader_epoch) == leader
+        [endpoint] = with_endpoints.node_endpoints
+        assert (endpoint.node_id, f"{endpoint.host}:{endpoint.port}") == (partition.leader_id, leader_address)
 
 
 def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_lost(
@@ -297,3 +316,27 @@ def test_idle_replica_fetchers_long_poll_instead_of_spinning(shared_cluster: Clu
     # Each follower asks once per 500 ms long poll: about 1% of a core (spinning took over 50%).
     busy = {broker_id: (after[broker_id] - before[broker_id]) / elapsed for broker_id in processes}
     assert all(share < 0.10 for share in busy.values()), busy
+
+
+def test_changes_that_would_stay_on_one_broker_are_refused(shared_cluster: Cluster) -> None:
+    """(Incremental)AlterConfigs, CreatePartitions, DeleteRecords and DeleteTopics act
+    on the broker that gets them; in a cluster the other replicas would never hear of them."""
+    create_topic(shared_cluster, "kept", 1, 3)
+    shared_cluster.wait_for_leader("kept")
+    admin = AdminClient({"bootstrap.servers": shared_cluster.bootstrap_servers})
+    retention = ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource("topic", "kept", incremental_configs=[retention])
+    futures = [
+        admin.incremental_alter_configs([resource])[resource],
+        admin.create_partitions([NewPartitions("kept", 2)])["kept"],
+        admin.delete_records([TopicPartition("kept", 0, 0)])[TopicPartition("kept", 0, 0)],
+        admin.delete_topics(["kept"])["kept"],
+    ]
+    for future in futures:
+        with pytest.raises(KafkaException) as refused:
+            future.result(20)
+        assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION, refused.value
+    # Nothing changed: the topic is there, with one partition, on every broker.
+    for broker_id in BROKER_IDS:
+        [topic] = shared_cluster.metadata(broker_id, "kept").topics
+        assert (topic.error_code, len(topic.partitions)) == (ErrorCode.none, 1)

@@ -72,7 +72,10 @@ def names_by_topic_id(request: Request, first_version_with_topic_ids: int) -> di
     else None."""
     if request.api_version < first_version_with_topic_ids:
         return None
-    return {info.topic_id: name for name, info in request.broker.logs.topics.items()}
+    names = {info.topic_id: name for name, info in request.broker.logs.topics.items()}
+    if request.broker.cluster is not None:  # also the topics this broker holds no replica of
+        names.update({topic.topic_id: name for name, topic in request.broker.cluster.view.topics.items()})
+    return names
 
 
 def leader_endpoints(
@@ -85,12 +88,19 @@ def leader_endpoints(
         for partition in partitions
         if partition["error_code"] in errors and "current_leader" in partition
     }
-    known = [request.broker.endpoint]  # the brokers this one knows the address of
     return [
         {"node_id": endpoint.node_id, "host": endpoint.host, "port": endpoint.port, "rack": None}
-        for endpoint in known
+        for endpoint in request.broker.known_endpoints()
         if endpoint.node_id in leaders
     ]
+
+
+def single_broker_only(request: Request, what: str) -> str | None:
+    """Why a cluster refuses `what`: these changes are made on the broker that gets them, and in
+    a cluster the other replicas would never hear of them. None on a single broker."""
+    if request.broker.cluster is None:
+        return None
+    return f"{what} is not supported in cluster mode yet: it would change this broker only"
 
 
 def is_internal(topic: str) -> bool:

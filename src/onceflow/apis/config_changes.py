@@ -16,7 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal
+from onceflow.apis.common import Request, is_internal, single_broker_only
 from onceflow.log.errors import LogError
 
 TOPIC = 2
@@ -97,6 +97,9 @@ def null_value(resource: Any) -> dict[str, Any] | None:
 def store_topic_configs(
     request: Request, resource: Any, configs: Mapping[str, str], validate_only: bool
 ) -> dict[str, Any]:
+    refused = single_broker_only(request, "changing a topic's configs")
+    if refused is not None:
+        return result(resource, ErrorCode.policy_violation, refused)
     try:
         request.broker.logs.alter_topic_configs(resource.resource_name, configs, validate_only)
     except LogError as error:

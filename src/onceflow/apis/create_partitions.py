@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, single_broker_only
 from onceflow.log.errors import LogError
 
 API_KEY = 37
@@ -18,7 +18,13 @@ def handle(request: Request) -> Any:
     body = request.body
     logs = request.broker.logs
     results = []
+    refused = single_broker_only(request, "CreatePartitions")
     for topic in body.topics:
+        if refused is not None:
+            results.append(
+                {"name": topic.name, "error_code": ErrorCode.policy_violation, "error_message": refused}
+            )
+            continue
         try:
             if body.validate_only:
                 logs.validate_new_partition_count(topic.name, topic.count)

@@ -12,7 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal
+from onceflow.apis.common import Request, is_internal, single_broker_only
 from onceflow.broker.core import high_watermark
 
 API_KEY = 21
@@ -38,6 +38,8 @@ def handle(request: Request) -> Any:
 def _delete(request: Request, topic: str, wanted: Any) -> dict[str, Any]:
     logs = request.broker.logs
     result = {"partition_index": wanted.partition_index, "low_watermark": -1}
+    if single_broker_only(request, "DeleteRecords") is not None:
+        return {**result, "error_code": ErrorCode.policy_violation}  # this version has no message
     log = logs.get(topic, wanted.partition_index)
     if log is None:
         return {**result, "error_code": ErrorCode.unknown_topic_or_partition}

@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal
+from onceflow.apis.common import Request, is_internal, single_broker_only
 from onceflow.log.errors import LogError
 
 API_KEY = 20
@@ -23,7 +23,18 @@ def handle(request: Request) -> Any:
     else:
         wanted = [(name, None) for name in body.topic_names]
     responses = []
+    refused = single_broker_only(request, "DeleteTopics")
     for name, topic_id in wanted:
+        if refused is not None:
+            responses.append(
+                {
+                    "name": name,
+                    "topic_id": topic_id,
+                    "error_code": ErrorCode.policy_violation,
+                    "error_message": refused,
+                }
+            )
+            continue
         if name is None:
             responses.append({"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id})
             continue

@@ -106,7 +106,9 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int, list[PartitionLo
         for wanted in topic.partitions:
             # In a cluster only the partition's leader answers fetches.
             if broker.leader_elsewhere(name, wanted.partition):
-                partitions.append(_partition_error(wanted.partition, ErrorCode.not_leader_or_follower))
+                moved = _partition_error(wanted.partition, ErrorCode.not_leader_or_follower)
+                leader = broker.current_leader(name, wanted.partition)
+                partitions.append(moved if leader is None else {**moved, "current_leader": leader})
                 continue
             log = logs.get(name, wanted.partition)
             if log is None:

@@ -133,7 +133,9 @@ def _produce_partition(
     if is_internal(topic):
         return _error(ErrorCode.invalid_topic_exception, f"{topic} is written by its coordinator only")
     if broker.leader_elsewhere(topic, partition):
-        return _error(ErrorCode.not_leader_or_follower, f"this broker does not lead {topic}-{partition}")
+        moved = _error(ErrorCode.not_leader_or_follower, f"this broker does not lead {topic}-{partition}")
+        leader = broker.current_leader(topic, partition)
+        return moved if leader is None else {**moved, "current_leader": leader}
     log = broker.logs.get(topic, partition)
     if log is None:
         return _error(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")

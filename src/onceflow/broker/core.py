@@ -417,6 +417,21 @@ class Broker:
             and view.leader(topic, partition) != self.node_id
         )
 
+    def current_leader(self, topic: str, partition: int) -> dict[str, int] | None:
+        """In a cluster: the partition's leader and epoch as NOT_LEADER_OR_FOLLOWER answers name
+        them (KIP-951), so that a client goes there without a Metadata request first."""
+        if self.cluster is None:
+            return None
+        state = self.cluster.view.states.get((topic, partition))
+        return None if state is None else {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+
+    def known_endpoints(self) -> list[Endpoint]:
+        """This broker, and in a cluster every live broker registered in ZooKeeper."""
+        if self.cluster is None:
+            return [self.endpoint]
+        brokers = self.cluster.view.brokers.values()
+        return [Endpoint(node.broker_id, node.host, node.port) for node in brokers]
+
     def in_sync_replicas(self, topic: str, partition: int) -> int:
         """How many replicas are in the partition's ISR: this broker alone outside a cluster."""
         if self.cluster is None:
