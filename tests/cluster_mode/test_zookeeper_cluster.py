@@ -318,16 +318,63 @@ def test_idle_replica_fetchers_long_poll_instead_of_spinning(shared_cluster: Clu
     assert all(share < 0.10 for share in busy.values()), busy
 
 
+def described_configs(address: str, topic: str) -> dict[str, str]:
+    """The topic's effective configs as one broker's DescribeConfigs (v4) reports them."""
+    with WireClient(address) as client:
+        response = client.request(
+            32,
+            4,
+            resources=[{"resource_type": 2, "resource_name": topic, "configuration_keys": None}],
+            include_synonyms=False,
+            include_documentation=False,
+        )
+    [described] = response.results
+    assert described.error_code == ErrorCode.none, described.error_message
+    return {config.name: config.value for config in described.configs}
+
+
+def test_topic_config_changes_reach_every_broker(shared_cluster: Cluster) -> None:
+    """IncrementalAlterConfigs sent to one broker goes to the topic's config znode, and every
+    broker applies it to its replicas; validate_only changes nothing."""
+    cluster = shared_cluster
+    create_topic(cluster, "configured", 1, 3)
+    partition = cluster.wait_for_leader("configured")
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[BROKER_IDS[0]].bootstrap_servers})
+
+    def alter(validate_only: bool, **configs: str) -> None:
+        entries = [
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+            for name, value in configs.items()
+        ]
+        resource = ConfigResource("topic", "configured", incremental_configs=entries)
+        admin.incremental_alter_configs([resource], validate_only=validate_only)[resource].result(20)
+
+    alter(True, **{"cleanup.policy": "compact"})
+    alter(False, **{"retention.ms": "1234567", "min.insync.replicas": "4"})
+
+    def everywhere() -> bool:
+        return all(
+            described_configs(broker.bootstrap_servers, "configured")["retention.ms"] == "1234567"
+            for broker in cluster.brokers.values()
+        )
+
+    wait_until(everywhere, timeout_s=20)
+    for broker in cluster.brokers.values():
+        described = described_configs(broker.bootstrap_servers, "configured")
+        assert (described["min.insync.replicas"], described["cleanup.policy"]) == ("4", "delete")
+    # In effect on the leader, wherever the request went: an ISR of 3 is below 4.
+    with WireClient(cluster.brokers[partition.leader_id].bootstrap_servers) as client:
+        answer = produce(client, "configured", 0, make_batch([b"x"]), acks=-1)
+    assert answer.error_code == ErrorCode.not_enough_replicas
+
+
 def test_changes_that_would_stay_on_one_broker_are_refused(shared_cluster: Cluster) -> None:
-    """(Incremental)AlterConfigs, CreatePartitions, DeleteRecords and DeleteTopics act
-    on the broker that gets them; in a cluster the other replicas would never hear of them."""
+    """CreatePartitions, DeleteRecords and DeleteTopics act on the broker that gets them; in a
+    cluster the other replicas would never hear of them."""
     create_topic(shared_cluster, "kept", 1, 3)
     shared_cluster.wait_for_leader("kept")
     admin = AdminClient({"bootstrap.servers": shared_cluster.bootstrap_servers})
-    retention = ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)
-    resource = ConfigResource("topic", "kept", incremental_configs=[retention])
     futures = [
-        admin.incremental_alter_configs([resource])[resource],
         admin.create_partitions([NewPartitions("kept", 2)])["kept"],
         admin.delete_records([TopicPartition("kept", 0, 0)])[TopicPartition("kept", 0, 0)],
         admin.delete_topics(["kept"])["kept"],

@@ -3,6 +3,7 @@ left out goes back to its default). See config_changes for what can change."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from onceflow.apis.common import Request
@@ -17,7 +18,9 @@ def handle(request: Request) -> Any:
     return alter_all(request, _alter)
 
 
-def _alter(request: Request, resource: Any, validate_only: bool) -> dict[str, Any]:
+def _alter(
+    request: Request, resource: Any, validate_only: bool
+) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     problem = resource_problem(request, resource) or null_value(resource)
     if problem is not None:
         return problem

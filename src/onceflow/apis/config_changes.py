@@ -3,20 +3,24 @@ and storing a topic's new set of configs.
 
 Topic configs are dynamic, as in Kafka: checked as CreateTopics checks them (INVALID_CONFIG),
 stored in topics.json and applied to the live partitions; DescribeConfigs then reports them as
-DYNAMIC_TOPIC_CONFIG. Broker keys are static here (read at start-up from --config and --set),
-so changing one is INVALID_REQUEST, as Kafka answers for a key that is not dynamically
-updatable. The coordinators' logs keep the configs their state depends on (POLICY_VIOLATION).
+DYNAMIC_TOPIC_CONFIG. In a cluster the new set goes to the topic's config znode, and the answer
+waits for that write; every broker watches the znode and applies it to its own replicas.
+Broker keys are static here (read at start-up from --config and --set), so changing one is
+INVALID_REQUEST, as Kafka answers for a key that is not dynamically updatable. The
+coordinators' logs keep the configs their state depends on (POLICY_VIOLATION).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal, single_broker_only
+from onceflow.apis.common import Request, is_internal
+from onceflow.cluster.errors import ClusterError
 from onceflow.log.errors import LogError
 
 TOPIC = 2
@@ -25,7 +29,8 @@ BROKER = 4
 
 def alter_all(request: Request, alter: Any) -> Any:
     """The response: `alter(request, resource, validate_only)` for each resource, but
-    INVALID_REQUEST for a resource named twice in the request, as Kafka."""
+    INVALID_REQUEST for a resource named twice in the request, as Kafka. Once any result is
+    awaitable (a write to ZooKeeper), the response waits for all of them."""
     resources = request.body.resources
     named = Counter((resource.resource_type, resource.resource_name) for resource in resources)
     responses = []
@@ -38,7 +43,14 @@ def alter_all(request: Request, alter: Any) -> Any:
             )
         else:
             responses.append(alter(request, resource, request.body.validate_only))
+    if any(inspect.isawaitable(response) for response in responses):
+        return _respond_when_written(request, responses)
     return request.respond(throttle_time=0, responses=responses)
+
+
+async def _respond_when_written(request: Request, responses: list[Any]) -> Any:
+    written = [await response if inspect.isawaitable(response) else response for response in responses]
+    return request.respond(throttle_time=0, responses=written)
 
 
 def result(resource: Any, error: ErrorCode = ErrorCode.none, message: str | None = None) -> dict[str, Any]:
@@ -75,7 +87,7 @@ def resource_problem(request: Request, resource: Any) -> dict[str, Any] | None:
             f"resource type {resource.resource_type} has no alterable configs",
         )
     name = resource.resource_name
-    if name not in broker.logs.topics:
+    if name not in broker.logs.topics and (broker.cluster is None or name not in broker.cluster.view.topics):
         return result(resource, ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
     if is_internal(name):
         return result(
@@ -94,14 +106,36 @@ def null_value(resource: Any) -> dict[str, Any] | None:
     return None
 
 
+def topic_configs(request: Request, name: str) -> dict[str, str]:
+    """The topic's own configs: in a cluster, as its config znode last read says, since this
+    broker may hold no replica of it."""
+    cluster = request.broker.cluster
+    if cluster is not None:
+        return dict(cluster.view.topic_configs.get(name, {}))
+    return dict(request.broker.logs.topics[name].configs)
+
+
 def store_topic_configs(
     request: Request, resource: Any, configs: Mapping[str, str], validate_only: bool
-) -> dict[str, Any]:
-    refused = single_broker_only(request, "changing a topic's configs")
-    if refused is not None:
-        return result(resource, ErrorCode.policy_violation, refused)
+) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+    logs = request.broker.logs
     try:
-        request.broker.logs.alter_topic_configs(resource.resource_name, configs, validate_only)
+        if request.broker.cluster is not None or validate_only:
+            logs.check_topic_configs(configs)
+        else:
+            logs.alter_topic_configs(resource.resource_name, configs)
     except LogError as error:
         return result(resource, error.error_code, str(error))
+    if request.broker.cluster is not None and not validate_only:
+        return _store_in_cluster(request, resource, configs)
+    return result(resource)
+
+
+async def _store_in_cluster(request: Request, resource: Any, configs: Mapping[str, str]) -> dict[str, Any]:
+    cluster = request.broker.cluster
+    assert cluster is not None
+    try:
+        await cluster.set_topic_configs(resource.resource_name, configs)
+    except ClusterError as error:
+        return result(resource, ErrorCode.unknown_server_error, str(error))
     return result(resource)

@@ -4,12 +4,19 @@ the topic's value, else the default; DELETE of a key that is not set changes not
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
-from onceflow.apis.config_changes import alter_all, resource_problem, result, store_topic_configs
+from onceflow.apis.config_changes import (
+    alter_all,
+    resource_problem,
+    result,
+    store_topic_configs,
+    topic_configs,
+)
 from onceflow.log.topic_configs import TOPIC_KEYS, ConfigType
 
 API_KEY = 44
@@ -24,11 +31,13 @@ def handle(request: Request) -> Any:
     return alter_all(request, _alter)
 
 
-def _alter(request: Request, resource: Any, validate_only: bool) -> dict[str, Any]:
+def _alter(
+    request: Request, resource: Any, validate_only: bool
+) -> dict[str, Any] | Awaitable[dict[str, Any]]:
     problem = resource_problem(request, resource)
     if problem is not None:
         return problem
-    configs = dict(request.broker.logs.topics[resource.resource_name].configs)
+    configs = topic_configs(request, resource.resource_name)
     for change in resource.configs:
         name, operation, value = change.name, change.config_operation, change.value
         if operation not in (SET, DELETE, APPEND, SUBTRACT):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,18 +243,30 @@ class Broker:
     # -- cluster mode ----------------------------------------------------------------
     def _cluster_changed(self, view: ClusterView) -> None:
         """Open the local logs of the topics this broker holds a replica of, with the topic id
-        and configs every broker shares."""
+        and configs every broker shares, and apply configs changed since (AlterConfigs)."""
         for topic, assignment in view.topics.items():
-            if topic in self.logs.topics or not any(self.node_id in nodes for nodes in assignment.replicas):
+            configs = view.topic_configs.get(topic, {})
+            held = self.logs.topics.get(topic)
+            if held is not None:
+                if held.configs != configs:
+                    self._apply_topic_configs(topic, configs)
+                continue
+            if not any(self.node_id in nodes for nodes in assignment.replicas):
                 continue
             try:
-                self.logs.create_topic(
-                    topic, len(assignment.replicas), view.topic_configs.get(topic, {}), assignment.topic_id
-                )
+                self.logs.create_topic(topic, len(assignment.replicas), configs, assignment.topic_id)
             except LogError:
                 log.exception("cannot open the local log of topic %r", topic)
         self._take_roles(view)
         self._wake_replication()
+
+    def _apply_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None:
+        try:
+            self.logs.alter_topic_configs(topic, configs)
+        except LogError:
+            log.exception("cannot apply the new configs of topic %r", topic)
+        else:
+            log.info("topic %r now has configs %s", topic, dict(configs))
 
     def _take_roles(self, view: ClusterView) -> None:
         """Lead what the view says this broker leads, and follow the rest. A new leader starts

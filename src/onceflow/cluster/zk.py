@@ -1,8 +1,9 @@
 """The kazoo shell: registers the broker, keeps its view of the cluster, and, on the broker that
 holds /controller, runs the controller's state machine and makes its writes.
 
-Every watch that fires (brokers, controller, topics, partition states) asks for one new read of
-all the znodes, on a worker thread; reads are coalesced, so a burst of changes costs one read.
+Every watch that fires (brokers, controller, topics, topic configs, partition states) asks for
+one new read of all the znodes, on a worker thread; reads are coalesced, so a burst of changes
+costs one read.
 This is simple and fine for tens of topics; Kafka's controller keeps finer-grained caches.
 Brokers learn their roles by watching the state znodes, where Kafka's controller sends them
 LeaderAndIsr requests.
@@ -358,6 +359,33 @@ class ZooKeeperCluster:
             if isinstance(result, Exception):
                 raise result
 
+    async def set_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None:
+        """Replace the topic's configs in its znode (every broker watches it and applies them)."""
+        try:
+            await asyncio.to_thread(self._set_topic_configs, topic, configs)
+        except (KazooException, KazooTimeoutError) as error:
+            raise ClusterError(f"writing the configs of {topic!r} to ZooKeeper failed: {error}") from error
+
+    def _set_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None:
+        """A compare-and-set on the version just read, creating the znode if it is missing, as
+        Kafka's AdminZkClient; a concurrent writer makes it read and write again (the last
+        complete write wins, as in Kafka)."""
+        path, data = topic_config_path(topic), encode_topic_config(configs)
+        while True:
+            try:
+                _, stat = self._client.get(path)
+            except NoNodeError:
+                try:
+                    self._client.create(path, data)
+                except NodeExistsError:
+                    continue
+                return
+            try:
+                self._client.set(path, data, version=stat.version)
+            except (BadVersionError, NoNodeError):
+                continue
+            return
+
     def create_topic_soon(self, topic: str, replicas: tuple[Replicas, ...]) -> None:
         """Auto-creation: Metadata answers LEADER_NOT_AVAILABLE meanwhile, and clients ask again."""
         task = asyncio.create_task(self._create_quietly(topic, replicas))
@@ -382,11 +410,16 @@ class ZooKeeperCluster:
         return await self.wait_for(led, timeout_s)
 
 
-def _topic_config(client: KazooClient, topic: str) -> dict[str, str]:
-    try:
-        return decode_topic_config(client.get(topic_config_path(topic))[0])
-    except NoNodeError:
-        return {}
+def _topic_config(client: KazooClient, topic: str, watch: Callable[[Any], None] | None) -> dict[str, str]:
+    path = topic_config_path(topic)
+    for _ in range(2):
+        try:
+            return decode_topic_config(client.get(path, watch=watch)[0])
+        except NoNodeError:
+            # Watch for its creation; if it was just created, read it after all.
+            if client.exists(path, watch=watch) is None:
+                break
+    return {}
 
 
 def read_view(
@@ -412,7 +445,7 @@ def read_view(
     for topic in client.get_children(TOPICS, watch=watch):
         try:
             topics[topic] = TopicAssignment.decode(client.get(topic_path(topic))[0])
-            configs[topic] = _topic_config(client, topic)
+            configs[topic] = _topic_config(client, topic, watch)
         except NoNodeError:
             continue
         except ValueError as error:

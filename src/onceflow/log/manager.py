@@ -162,8 +162,7 @@ class LogManager:
         info = self.topics.get(name)
         if info is None:
             raise UnknownTopicError(f"unknown topic '{name}'")
-        validate_topic_configs(configs)
-        config = self._overlay(configs)
+        config = self.check_topic_configs(configs)
         if validate_only:
             return
         self.topics[name] = dataclasses.replace(info, configs=dict(configs))
@@ -176,6 +175,12 @@ class LogManager:
             ) from error
         for partition in range(info.partitions):
             self._logs[name, partition].config = config
+
+    def check_topic_configs(self, configs: Mapping[str, str]) -> LogConfig:
+        """The topic configs `configs` make, over the broker's defaults; InvalidConfigError
+        as CreateTopics and AlterConfigs answer."""
+        validate_topic_configs(configs)
+        return self._overlay(configs)
 
     def topic_config(self, name: str) -> LogConfig:
         """Broker defaults overlaid with the topic's own configs."""
