@@ -106,6 +106,7 @@ class WireClient:
         replica_state: dict[str, Any] | None = None,
         max_wait: int = 0,
         min_bytes: int = 0,
+        max_bytes: int = 1 << 20,
         **partition_fields: Any,
     ) -> Any:
         """A Fetch, answered at once by default; `partitions` maps topics (ids from v13) to partitions."""
@@ -117,7 +118,7 @@ class WireClient:
             replica_state=replica_state or {},
             max_wait=max_wait,
             min_bytes=min_bytes,
-            max_bytes=1 << 20,
+            max_bytes=max_bytes,
             isolation_level=isolation_level,
             session_id=0,
             session_epoch=-1,

@@ -73,6 +73,17 @@ def test_a_saved_frame_is_refused_and_the_broker_keeps_serving(broker: BrokerPro
     assert "Traceback" not in broker.log_path.read_text()
 
 
+@pytest.mark.parametrize("limit", ["max_bytes", "partition_max_bytes"])
+def test_a_fetch_with_negative_byte_limits_gets_one_batch(broker: BrokerProcess, limit: str) -> None:
+    """Found by a campaign: a limit below -16 KiB reached os.pread as a negative length."""
+    with WireClient(broker.address) as client:
+        response = client.fetch({TOPIC: [0, 1]}, **{limit: -(1 << 30)})
+    partitions = response.responses[0].partitions
+    assert [partition.error_code for partition in partitions] == [ErrorCode.none] * 2
+    assert any(partition.records for partition in partitions)
+    assert broker.process is not None and broker.process.poll() is None
+
+
 @pytest.mark.parametrize("kind", list(malformed_frames()))
 def test_a_malformed_request_closes_its_connection_and_nothing_else(broker: BrokerProcess, kind: str) -> None:
     before = _fingerprint(broker.data_dir)

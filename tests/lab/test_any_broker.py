@@ -100,9 +100,10 @@ def _find_coordinator(address: str, version: int) -> Any:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("version", [0, 3, 4])
 def test_find_coordinator_names_the_proxy_in_both_forms(tmp_path: Path, version: int) -> None:
-    with EmbeddedBroker(tmp_path / "data", config=FAST_JOINS) as broker, FaultProxy(
-        FaultPlan(), upstream=("127.0.0.1", broker.port), rewrite_addresses=True
-    ) as proxy:
+    with (
+        EmbeddedBroker(tmp_path / "data", config=FAST_JOINS) as broker,
+        FaultProxy(FaultPlan(), upstream=("127.0.0.1", broker.port), rewrite_addresses=True) as proxy,
+    ):
         response = _find_coordinator(proxy.address, version)
         [coordinator] = response.coordinators if version >= 4 else [response]
         proxied = proxy.broker_ports[("127.0.0.1", broker.port)]

@@ -87,8 +87,9 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int, list[PartitionLo
     replica_id = getattr(body, "replica_id", -1) if replica_state is None else replica_state.replica_id
     follower = replica_id >= 0 and broker.cluster is not None
     read_committed = body.isolation_level == READ_COMMITTED and not follower
-    # The broker's own cap bounds the memory one response takes, whatever the client asks for.
-    budget = min(body.max_bytes, broker.config.fetch_max_bytes)
+    # The broker's own cap bounds the memory one response takes, whatever the client asks for;
+    # a negative limit from the wire counts as 0 (KIP-74 still sends the first batch).
+    budget = max(0, min(body.max_bytes, broker.config.fetch_max_bytes))
     total = 0
     responses = []
     read_logs = []
@@ -118,7 +119,7 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int, list[PartitionLo
                 broker.follower_fetched(name, wanted.partition, replica_id, wanted.fetch_offset)
             hw = broker.high_watermark(name, wanted.partition, log)
             lso = log.last_stable_offset(hw)
-            limit = min(wanted.partition_max_bytes, budget)
+            limit = max(0, min(wanted.partition_max_bytes, budget))
             upto = log.flushed_offset if follower else lso if read_committed else hw
             read_logs.append(log)
             try:
