@@ -199,9 +199,12 @@ def test_an_unclean_election_truncates_what_only_the_old_leader_had_and_a_clean_
             wait_until(lambda topic=topic: cluster.partition(1, topic).isr_nodes == (1,), timeout_s=30)
             for value in (b"only-on-1-a", b"only-on-1-b"):
                 assert write(cluster, 1, topic, value) == ErrorCode.none  # acks=all: the ISR is 1 alone
+        before = cluster.partition(1, "risky")
         cluster.brokers[1].kill()
 
-    risky_leader = cluster.wait_for_leader("risky", not_on=1).leader_id
+    risky = cluster.wait_for_leader("risky", not_on=1)
+    assert risky.leader_epoch > before.leader_epoch  # the new leader's batches carry a new epoch
+    risky_leader = risky.leader_id
     assert write(cluster, risky_leader, "risky", b"after") == ErrorCode.none
     values = [value for _, value in fetch_log(cluster.brokers[risky_leader].bootstrap_servers, "risky")]
     assert values == [b"everywhere", b"after"]  # two acknowledged records lost

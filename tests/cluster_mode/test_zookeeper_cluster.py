@@ -255,45 +255,6 @@ def test_a_replica_that_comes_back_catches_up_with_its_leader_and_rejoins_the_is
     assert read == [b"a", b"b", b"c", b"d"]
 
 
-def test_unclean_election_only_where_the_topic_allows_it(cluster: Cluster) -> None:
-    # Both on brokers 1 and 2, led by 1 (explicit assignments), 3 keeps the cluster going.
-    with WireClient(cluster.brokers[3].bootstrap_servers) as client:
-        for name, configs in [
-            ("risky", [{"name": "unclean.leader.election.enable", "value": "true"}]),
-            ("safe", []),
-        ]:
-            created = client.request(
-                19,
-                7,
-                topics=[
-                    {
-                        "name": name,
-                        "num_partitions": -1,
-                        "replication_factor": -1,
-                        "assignments": [{"partition_index": 0, "broker_ids": [1, 2]}],
-                        "configs": configs,
-                    }
-                ],
-                timeout=20_000,
-                validate_only=False,
-            )
-            assert created.topics[0].error_code == ErrorCode.none
-    cluster.wait_for_leader("risky")
-    cluster.brokers[2].kill()  # the follower: the ISR shrinks to broker 1
-    wait_until(lambda: cluster.partition(3, "safe").isr_nodes == (1,), timeout_s=60)
-    before = cluster.partition(3, "risky")
-    cluster.brokers[1].kill()  # the last in-sync replica: both topics go offline
-    wait_until(lambda: cluster.partition(3, "safe").leader_id == -1, timeout_s=60)
-    wait_until(lambda: 2 not in [broker.node_id for broker in cluster.metadata(3).brokers], timeout_s=60)
-
-    cluster.brokers[2].start()  # back, but it was not in sync
-    risky = cluster.wait_for_leader("risky")
-    assert (risky.leader_id, risky.isr_nodes) == (2, (2,))
-    assert risky.leader_epoch > before.leader_epoch
-    safe = cluster.partition(3, "safe")
-    assert (safe.error_code, safe.leader_id, safe.isr_nodes) == (ErrorCode.leader_not_available, -1, (1,))
-
-
 def test_idle_replica_fetchers_long_poll_instead_of_spinning(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
     create_topic(cluster, "quiet", 3, 3)

@@ -67,15 +67,18 @@ CLUSTER_OPERATIONS = sum(
 OPERATIONS_NOT_REQUESTED = -(2**31)
 
 
-def names_by_topic_id(request: Request, first_version_with_topic_ids: int) -> dict[uuid.UUID, str] | None:
-    """Every topic's name by its id when this request's version names topics by id (KIP-516),
-    else None."""
-    if request.api_version < first_version_with_topic_ids:
-        return None
-    names = {info.topic_id: name for name, info in request.broker.logs.topics.items()}
-    if request.broker.cluster is not None:  # also the topics this broker holds no replica of
-        names.update({topic.topic_id: name for name, topic in request.broker.cluster.view.topics.items()})
-    return names
+def topic_name(
+    request: Request, name: str | None, topic_id: uuid.UUID | None, first_version_with_ids: int
+) -> str | None:
+    """The topic a request names: by `name` before `first_version_with_ids`, else by its id
+    (KIP-516), None when no topic has that id."""
+    if request.api_version < first_version_with_ids or topic_id is None:
+        return name
+    broker = request.broker
+    found = broker.logs.names_by_topic_id.get(topic_id)
+    if found is None and broker.cluster is not None:  # a topic this broker holds no replica of
+        found = broker.cluster.view.names_by_topic_id.get(topic_id)
+    return found
 
 
 def leader_endpoints(
@@ -88,6 +91,8 @@ def leader_endpoints(
         for partition in partitions
         if partition["error_code"] in errors and "current_leader" in partition
     }
+    if not leaders:
+        return []
     return [
         {"node_id": endpoint.node_id, "host": endpoint.host, "port": endpoint.port, "rack": None}
         for endpoint in request.broker.known_endpoints()

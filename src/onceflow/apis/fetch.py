@@ -18,7 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, leader_endpoints, names_by_topic_id
+from onceflow.apis.common import Request, leader_endpoints, topic_name
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
 
@@ -93,10 +93,9 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int, list[PartitionLo
     total = 0
     responses = []
     read_logs = []
-    names = names_by_topic_id(request, FIRST_VERSION_WITH_TOPIC_IDS)
     for topic in body.topics:
-        name = topic.topic if names is None else names.get(topic.topic_id)
         topic_id = getattr(topic, "topic_id", None)
+        name = topic_name(request, getattr(topic, "topic", None), topic_id, FIRST_VERSION_WITH_TOPIC_IDS)
         if name is None:
             unknown = [
                 _partition_error(wanted.partition, ErrorCode.unknown_topic_id) for wanted in topic.partitions

@@ -18,7 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal, leader_endpoints, names_by_topic_id
+from onceflow.apis.common import Request, is_internal, leader_endpoints, topic_name
 from onceflow.broker.core import now_ms
 from onceflow.broker.metrics import STAGE_DECODE_TO_APPEND, STAGE_FSYNC_WAIT
 from onceflow.log.batch import CorruptRecordError, validate_batches
@@ -40,9 +40,13 @@ def handle(request: Request) -> Any:
     appended: list[PartitionLog] = []
     responses = []
     answered: list[dict[str, Any]] = []
-    names = names_by_topic_id(request, FIRST_VERSION_WITH_TOPIC_IDS)
     for topic in body.topic_data:
-        name = topic.name if names is None else names.get(topic.topic_id)
+        name = topic_name(
+            request,
+            getattr(topic, "name", None),
+            getattr(topic, "topic_id", None),
+            FIRST_VERSION_WITH_TOPIC_IDS,
+        )
         partitions = []
         for data in topic.partition_data:
             if name is None:

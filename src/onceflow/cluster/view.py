@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration, PartitionState, TopicAssignment
 
@@ -26,6 +28,10 @@ class ClusterView:
     def isr(self, topic: str, partition: int) -> tuple[int, ...]:
         state = self.states.get((topic, partition))
         return () if state is None else state.isr
+
+    @cached_property
+    def names_by_topic_id(self) -> Mapping[uuid.UUID, str]:
+        return {topic.topic_id: name for name, topic in self.topics.items()}
 
     @property
     def coordinator_id(self) -> int:

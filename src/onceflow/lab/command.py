@@ -134,11 +134,11 @@ def _run_matrix(args: argparse.Namespace) -> int:
     chosen = set(args.failure or [failure.key for failure in matrix.FAILURES])
     failures = [failure for failure in matrix.FAILURES if failure.key in chosen]
     guarantees = list(dict.fromkeys(args.guarantee or PRESETS))
+    cells = [(failure, guarantee) for failure in failures for guarantee in guarantees]
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="onceflow-matrix-") as scratch:
-        rows = matrix.run_matrix(
-            failures,
-            guarantees,
+        rows = matrix.run_cells(
+            cells,
             args.workdir or Path(scratch),
             args.seed,
             args.bootstrap,

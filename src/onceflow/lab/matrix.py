@@ -73,21 +73,6 @@ def judge(failure: Failure, result: RunResult) -> dict[str, Any]:
     }
 
 
-def run_matrix(
-    failures: Iterable[Failure],
-    guarantees: Iterable[str],
-    workdir: Path,
-    seed: int,
-    bootstrap: str | None = None,
-    messages: int = MESSAGES,
-    produce_s: float = PRODUCE_S,
-    log: Log = lambda _line: None,
-) -> list[dict[str, Any]]:
-    guarantees = list(guarantees)
-    cells = [(failure, guarantee) for failure in failures for guarantee in guarantees]
-    return run_cells(cells, workdir, seed, bootstrap, messages, produce_s, log)
-
-
 def run_cells(
     cells: Iterable[tuple[Failure, str]],
     workdir: Path,

@@ -82,6 +82,7 @@ class LogManager:
         self._closed = False
         try:
             self.topics = _read_topics(data_dir / TOPICS_FILE)
+            self.names_by_topic_id = {info.topic_id: name for name, info in self.topics.items()}
             self._set_aside_unknown_dirs()
             recovery_points = _read_checkpoint(data_dir / RECOVERY_CHECKPOINT_FILE)
             for info in self.topics.values():
@@ -121,6 +122,7 @@ class LogManager:
         info = TopicInfo(name, topic_id or uuid.uuid4(), partitions, dict(configs))
         self._open_new_partitions(name, range(partitions), config)
         self.topics[name] = info
+        self.names_by_topic_id[info.topic_id] = name
         self._write_topics()
         return info
 
@@ -129,6 +131,7 @@ class LogManager:
         if info is None:
             raise UnknownTopicError(f"unknown topic '{name}'")
         del self.topics[name]
+        del self.names_by_topic_id[info.topic_id]
         logs = [self._logs.pop((name, partition)) for partition in range(info.partitions)]
         # topics.json is the commit point: after it, the directories are only leftovers.
         self._write_topics()
