@@ -92,6 +92,14 @@ def test_a_new_controller_elects_leaders_for_what_its_predecessor_left_undone() 
     ]
 
 
+def test_a_deleted_topic_gets_no_more_state_writes() -> None:
+    machine = ControllerStateMachine(1, [1, 2], {"gone": [(1, 2)], "kept": [(1, 2)]}, {}, lambda topic: False)
+    machine.became_controller()
+    machine.topic_deleted("gone")
+    assert [write.topic for write in machine.broker_down(1)] == ["kept"]
+    assert ("gone", 0) not in machine.states
+
+
 events = st.lists(st.tuples(st.sampled_from(["up", "down"]), st.sampled_from(BROKERS)), max_size=30)
 
 

@@ -330,15 +330,14 @@ def test_topic_config_changes_reach_every_broker(shared_cluster: Cluster) -> Non
 
 
 def test_changes_that_would_stay_on_one_broker_are_refused(shared_cluster: Cluster) -> None:
-    """CreatePartitions, DeleteRecords and DeleteTopics act on the broker that gets them; in a
-    cluster the other replicas would never hear of them."""
+    """CreatePartitions and DeleteRecords act on the broker that gets them; in a cluster the
+    other replicas would never hear of them."""
     create_topic(shared_cluster, "kept", 1, 3)
     shared_cluster.wait_for_leader("kept")
     admin = AdminClient({"bootstrap.servers": shared_cluster.bootstrap_servers})
     futures = [
         admin.create_partitions([NewPartitions("kept", 2)])["kept"],
         admin.delete_records([TopicPartition("kept", 0, 0)])[TopicPartition("kept", 0, 0)],
-        admin.delete_topics(["kept"])["kept"],
     ]
     for future in futures:
         with pytest.raises(KafkaException) as refused:
@@ -348,3 +347,40 @@ def test_changes_that_would_stay_on_one_broker_are_refused(shared_cluster: Clust
     for broker_id in BROKER_IDS:
         [topic] = shared_cluster.metadata(broker_id, "kept").topics
         assert (topic.error_code, len(topic.partitions)) == (ErrorCode.none, 1)
+
+
+def test_a_deleted_topic_leaves_every_broker_and_a_new_one_of_its_name_starts_empty(
+    shared_cluster: Cluster,
+) -> None:
+    cluster = shared_cluster
+    create_topic(cluster, "doomed", 2, 3)
+    cluster.wait_for_leader("doomed")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for number in range(20):
+        producer.produce("doomed", value=f"old-{number}", partition=number % 2)
+    assert producer.flush(20) == 0
+    replicas = [
+        broker.data_dir / f"doomed-{partition}" for broker in cluster.brokers.values() for partition in (0, 1)
+    ]
+    assert all(replica.is_dir() for replica in replicas)
+
+    # Sent to one broker; the controller deletes the znodes, every broker its replicas.
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[BROKER_IDS[-1]].bootstrap_servers})
+    admin.delete_topics(["doomed"], operation_timeout=20)["doomed"].result(20)
+    wait_until(lambda: not any(replica.exists() for replica in replicas), timeout_s=20)
+    for broker_id in BROKER_IDS:
+        [topic] = cluster.metadata(broker_id, "doomed").topics
+        assert topic.error_code == ErrorCode.unknown_topic_or_partition
+    with pytest.raises(KafkaException) as unknown:
+        admin.delete_topics(["doomed"], operation_timeout=20)["doomed"].result(20)
+    assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    create_topic(cluster, "doomed", 1, 3)
+    cluster.wait_for_leader("doomed")
+    producer.produce("doomed", value="new", partition=0)
+    assert producer.flush(20) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "doomed-reader"})
+    consumer.assign([TopicPartition("doomed", 0, 0)])
+    message = consumer.poll(20)
+    consumer.close()
+    assert message is not None and message.error() is None and message.value() == b"new"

@@ -1,4 +1,5 @@
-"""DeleteTopics (20): by name (v0-5) or by name or topic id (v6)."""
+"""DeleteTopics (20): by name (v0-5) or by name or topic id (v6). In a cluster the topic is
+marked for deletion in ZooKeeper and the answer waits until the controller deleted it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal, single_broker_only
+from onceflow.apis.common import Request, is_internal, topic_name
+from onceflow.cluster.errors import ClusterError
 from onceflow.log.errors import LogError
 
 API_KEY = 20
@@ -15,53 +17,76 @@ MAX_VERSION = 6
 
 
 def handle(request: Request) -> Any:
-    body = request.body
+    if request.broker.cluster is not None:
+        return _delete_in_cluster(request)
     logs = request.broker.logs
-    if request.api_version >= 6:
-        by_id = {info.topic_id: name for name, info in logs.topics.items()}
-        wanted = [(topic.name or by_id.get(topic.topic_id), topic.topic_id) for topic in body.topics]
-    else:
-        wanted = [(name, None) for name in body.topic_names]
     responses = []
-    refused = single_broker_only(request, "DeleteTopics")
-    for name, topic_id in wanted:
+    for name, topic_id in _wanted(request):
+        refused = _refusal(name, topic_id)
         if refused is not None:
-            responses.append(
-                {
-                    "name": name,
-                    "topic_id": topic_id,
-                    "error_code": ErrorCode.policy_violation,
-                    "error_message": refused,
-                }
-            )
+            responses.append(refused)
             continue
-        if name is None:
-            responses.append({"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id})
-            continue
-        if is_internal(name):
-            responses.append(
-                {
-                    "name": name,
-                    "topic_id": topic_id,
-                    "error_code": ErrorCode.invalid_topic_exception,
-                    "error_message": f"{name} is a coordinator's log and cannot be deleted",
-                }
-            )
-            continue
+        assert name is not None
         info = logs.topics.get(name)
         try:
             logs.delete_topic(name)
         except LogError as error:
-            responses.append(
-                {
-                    "name": name,
-                    "topic_id": topic_id,
-                    "error_code": error.error_code,
-                    "error_message": str(error),
-                }
-            )
+            responses.append(_failed(name, topic_id, error.error_code, str(error)))
             continue
         responses.append(
             {"name": name, "topic_id": info.topic_id if info else topic_id, "error_code": ErrorCode.none}
         )
     return request.respond(throttle_time=0, responses=responses)
+
+
+async def _delete_in_cluster(request: Request) -> Any:
+    cluster = request.broker.cluster
+    assert cluster is not None
+    timeout_s = request.body.timeout.total_seconds()
+    responses = []
+    for name, topic_id in _wanted(request):
+        refused = _refusal(name, topic_id)
+        if refused is not None:
+            responses.append(refused)
+            continue
+        assert name is not None
+        assignment = cluster.view.topics.get(name)
+        if assignment is None:
+            responses.append(
+                _failed(name, topic_id, ErrorCode.unknown_topic_or_partition, f"unknown topic '{name}'")
+            )
+            continue
+        try:
+            deleted = await cluster.delete_topic(name, timeout_s)
+        except ClusterError as error:
+            responses.append(_failed(name, topic_id, ErrorCode.unknown_server_error, str(error)))
+            continue
+        if not deleted:
+            message = "the topic is marked for deletion but not deleted yet"
+            responses.append(_failed(name, topic_id, ErrorCode.request_timed_out, message))
+            continue
+        responses.append({"name": name, "topic_id": assignment.topic_id, "error_code": ErrorCode.none})
+    return request.respond(throttle_time=0, responses=responses)
+
+
+def _wanted(request: Request) -> list[tuple[str | None, Any]]:
+    """(name, topic id) of each topic the request names; the name None for an unknown id."""
+    body = request.body
+    if request.api_version < 6:
+        return [(name, None) for name in body.topic_names]
+    return [
+        (topic.name or topic_name(request, None, topic.topic_id, 6), topic.topic_id) for topic in body.topics
+    ]
+
+
+def _refusal(name: str | None, topic_id: Any) -> dict[str, Any] | None:
+    if name is None:
+        return {"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id}
+    if is_internal(name):
+        message = f"{name} is a coordinator's log and cannot be deleted"
+        return _failed(name, topic_id, ErrorCode.invalid_topic_exception, message)
+    return None
+
+
+def _failed(name: str, topic_id: Any, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"name": name, "topic_id": topic_id, "error_code": code, "error_message": message}

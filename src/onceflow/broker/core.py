@@ -137,6 +137,7 @@ class Broker:
         # Cluster mode: the partitions this broker leads, the ones it follows (with the leader and
         # epoch followed), the high watermarks it knows, and acks=all produces waiting on them.
         self._leading: dict[tuple[str, int], LeaderState] = {}
+        self._cluster_topics: frozenset[str] = frozenset()  # in the last view
         self._fetchers: dict[tuple[str, int], tuple[tuple[int, int], asyncio.Task[None]]] = {}
         self._isr_expansions: dict[tuple[str, int], asyncio.Task[bool]] = {}  # under way
         self._high_watermarks: dict[tuple[str, int], int] = {}
@@ -243,7 +244,14 @@ class Broker:
     # -- cluster mode ----------------------------------------------------------------
     def _cluster_changed(self, view: ClusterView) -> None:
         """Open the local logs of the topics this broker holds a replica of, with the topic id
-        and configs every broker shares, and apply configs changed since (AlterConfigs)."""
+        and configs every broker shares, and apply configs changed since (AlterConfigs). Delete
+        the replicas of topics deleted since, and of topics deleted and created again."""
+        for topic, info in list(self.logs.topics.items()):
+            assignment = view.topics.get(topic)
+            deleted = assignment is None and topic in self._cluster_topics
+            if deleted or (assignment is not None and assignment.topic_id != info.topic_id):
+                self._delete_replicas(topic)
+        self._cluster_topics = frozenset(view.topics)
         for topic, assignment in view.topics.items():
             configs = view.topic_configs.get(topic, {})
             held = self.logs.topics.get(topic)
@@ -259,6 +267,20 @@ class Broker:
                 log.exception("cannot open the local log of topic %r", topic)
         self._take_roles(view)
         self._wake_replication()
+
+    def _delete_replicas(self, topic: str) -> None:
+        for key in [key for key in self._fetchers if key[0] == topic]:
+            self._fetchers.pop(key)[1].cancel()
+        for key in [key for key in self._leading if key[0] == topic]:
+            del self._leading[key]
+        for key in [key for key in self._high_watermarks if key[0] == topic]:
+            del self._high_watermarks[key]
+        try:
+            self.logs.delete_topic(topic)
+        except LogError:
+            log.exception("cannot delete the local replicas of topic %r", topic)
+        else:
+            log.info("deleted the local replicas of topic %r", topic)
 
     def _apply_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None:
         try:

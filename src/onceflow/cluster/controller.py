@@ -130,6 +130,12 @@ class ControllerStateMachine:
         self.assignments[topic] = tuple(replicas)
         return self._reconcile((topic, partition) for partition in range(len(replicas)))
 
+    def topic_deleted(self, topic: str) -> None:
+        """Forget the topic, so that no state of its partitions is written again."""
+        replicas = self.assignments.pop(topic, ())
+        for partition in range(len(replicas)):
+            self.states.pop((topic, partition), None)
+
     def state_changed(self, topic: str, partition: int, state: PartitionState, version: int) -> None:
         """A state written by someone else (a leader changing its ISR): cache it."""
         self.states[topic, partition] = (state, version)

@@ -20,6 +20,8 @@ class ClusterView:
     topic_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Znode versions of the states, for compare-and-set writes.
     state_versions: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    # Topics marked for deletion (DeleteTopics) that the controller has not deleted yet.
+    topics_to_delete: frozenset[str] = frozenset()
 
     def leader(self, topic: str, partition: int) -> int:
         state = self.states.get((topic, partition))

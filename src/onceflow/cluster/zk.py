@@ -17,6 +17,7 @@ compare-and-set on the version it last read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -33,6 +34,7 @@ from onceflow.cluster.znodes import (
     BROKER_IDS,
     CONTROLLER,
     CONTROLLER_EPOCH,
+    DELETE_TOPICS,
     NO_LEADER,
     PRODUCER_ID_BLOCK,
     TOPIC_CONFIGS,
@@ -44,6 +46,7 @@ from onceflow.cluster.znodes import (
     decode_controller,
     decode_producer_id_block_end,
     decode_topic_config,
+    delete_topic_path,
     encode_controller,
     encode_producer_id_block,
     encode_topic_config,
@@ -121,7 +124,7 @@ class ZooKeeperCluster:
 
     def _register(self) -> None:
         assert self._registration is not None
-        for path in (BROKER_IDS, TOPICS, TOPIC_CONFIGS):
+        for path in (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS):
             self._client.ensure_path(path)
         path = broker_path(self.broker_id)
         try:
@@ -256,13 +259,26 @@ class ZooKeeperCluster:
                 writes += machine.broker_down(broker_id)
             for broker_id in sorted(set(view.brokers) - machine.live):
                 writes += machine.broker_up(broker_id)
-            for topic in sorted(set(view.topics) - set(machine.assignments)):
+            for topic in sorted(set(view.topics) - set(machine.assignments) - view.topics_to_delete):
                 writes += machine.topic_created(topic, view.topics[topic].replicas)
+        for topic in sorted(view.topics_to_delete):
+            machine.topic_deleted(topic)
+        writes = [write for write in writes if write.topic not in view.topics_to_delete]
         for write in writes:
             if not self._write_state(write):
                 self._controller = None
                 return True
-        return False
+        for topic in sorted(view.topics_to_delete):
+            self._delete_topic_znodes(topic)
+        return bool(view.topics_to_delete)
+
+    def _delete_topic_znodes(self, topic: str) -> None:
+        """The topic's znodes, then its marker: the brokers delete their replicas when the topic
+        leaves their view. A controller that dies half-way leaves the marker to its successor."""
+        for path in (topic_path(topic), topic_config_path(topic), delete_topic_path(topic)):
+            with contextlib.suppress(NoNodeError):  # deleted before a controller failover
+                self._client.delete(path, recursive=True)
+        log.info("deleted topic %r", topic)
 
     def _unclean_allowed(self, topic: str) -> bool:
         """The topic's unclean.leader.election.enable, else the broker's."""
@@ -358,6 +374,15 @@ class ZooKeeperCluster:
         for result in results:
             if isinstance(result, Exception):
                 raise result
+
+    async def delete_topic(self, topic: str, timeout_s: float) -> bool:
+        """Mark the topic for deletion, as Kafka's AdminZkClient does, and wait until the
+        controller has deleted it: False if that takes longer than `timeout_s`."""
+        try:
+            await asyncio.to_thread(self._client.ensure_path, delete_topic_path(topic))
+        except (KazooException, KazooTimeoutError) as error:
+            raise ClusterError(f"marking {topic!r} for deletion in ZooKeeper failed: {error}") from error
+        return await self.wait_for(lambda view: topic not in view.topics, timeout_s)
 
     async def set_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None:
         """Replace the topic's configs in its znode (every broker watches it and applies them)."""
@@ -468,7 +493,11 @@ def read_view(
                 versions[topic, partition] = stat.version
             except ValueError as error:
                 log.error("ignoring partition state %s: %s", path, error)
-    return ClusterView(brokers, controller_id, controller_epoch, topics, states, configs, versions)
+    try:
+        to_delete = frozenset(client.get_children(DELETE_TOPICS, watch=watch))
+    except NoNodeError:  # a cluster no broker has joined yet
+        to_delete = frozenset()
+    return ClusterView(brokers, controller_id, controller_epoch, topics, states, configs, versions, to_delete)
 
 
 def read_cluster(connect: str, timeout_s: float) -> ClusterView:

@@ -18,6 +18,8 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 TOPIC_CONFIGS = "/config/topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+# A znode per topic to delete; the controller deletes the topic's znodes, then the marker.
+DELETE_TOPICS = "/admin/delete_topics"
 
 NO_LEADER = -1
 
@@ -36,6 +38,10 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{TOPIC_CONFIGS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
 
 
 @dataclass(frozen=True)
