@@ -329,24 +329,57 @@ def test_topic_config_changes_reach_every_broker(shared_cluster: Cluster) -> Non
     assert answer.error_code == ErrorCode.not_enough_replicas
 
 
-def test_changes_that_would_stay_on_one_broker_are_refused(shared_cluster: Cluster) -> None:
-    """CreatePartitions and DeleteRecords act on the broker that gets them; in a cluster the
-    other replicas would never hear of them."""
+def test_delete_records_is_refused_as_it_would_stay_on_one_broker(shared_cluster: Cluster) -> None:
     create_topic(shared_cluster, "kept", 1, 3)
     shared_cluster.wait_for_leader("kept")
     admin = AdminClient({"bootstrap.servers": shared_cluster.bootstrap_servers})
-    futures = [
-        admin.create_partitions([NewPartitions("kept", 2)])["kept"],
-        admin.delete_records([TopicPartition("kept", 0, 0)])[TopicPartition("kept", 0, 0)],
-    ]
-    for future in futures:
-        with pytest.raises(KafkaException) as refused:
+    with pytest.raises(KafkaException) as refused:
+        admin.delete_records([TopicPartition("kept", 0, 0)])[TopicPartition("kept", 0, 0)].result(20)
+    assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION, refused.value
+
+
+def test_new_partitions_reach_every_broker_with_the_topics_replication_factor(
+    shared_cluster: Cluster,
+) -> None:
+    cluster = shared_cluster
+    create_topic(cluster, "growing", 1, 3)
+    cluster.wait_for_leader("growing")
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[BROKER_IDS[-1]].bootstrap_servers})
+
+    def grow(count: int, validate_only: bool = False, assignments: list[list[int]] | None = None) -> int:
+        new = (
+            NewPartitions("growing", count)
+            if assignments is None
+            else NewPartitions("growing", count, assignments)
+        )
+        future = admin.create_partitions([new], validate_only=validate_only, operation_timeout=20)["growing"]
+        try:
             future.result(20)
-        assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION, refused.value
-    # Nothing changed: the topic is there, with one partition, on every broker.
+        except KafkaException as error:
+            return int(error.args[0].code())
+        return 0
+
+    assert grow(3, validate_only=True) == 0
+    assert grow(3, assignments=[[1, 99], [2, 3]]) == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert len(cluster.metadata(BROKER_IDS[0], "growing").topics[0].partitions) == 1
+    assert grow(3) == 0
+    assert grow(2) == KafkaError.INVALID_PARTITIONS
     for broker_id in BROKER_IDS:
-        [topic] = shared_cluster.metadata(broker_id, "kept").topics
-        assert (topic.error_code, len(topic.partitions)) == (ErrorCode.none, 1)
+        wait_until(
+            lambda broker_id=broker_id: len(cluster.metadata(broker_id, "growing").topics[0].partitions) == 3
+        )
+        partitions = cluster.metadata(broker_id, "growing").topics[0].partitions
+        assert all(
+            len(partition.replica_nodes) == 3 and partition.leader_id != -1 for partition in partitions
+        )
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    producer.produce("growing", value=b"in-a-new-partition", partition=2)
+    assert producer.flush(20) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "growing-reader"})
+    consumer.assign([TopicPartition("growing", 2, 0)])
+    message = consumer.poll(20)
+    consumer.close()
+    assert message is not None and message.error() is None and message.value() == b"in-a-new-partition"
 
 
 def test_a_deleted_topic_leaves_every_broker_and_a_new_one_of_its_name_starts_empty(

@@ -258,6 +258,8 @@ class Broker:
             if held is not None:
                 if held.configs != configs:
                     self._apply_topic_configs(topic, configs)
+                if held.partitions < len(assignment.replicas):
+                    self._add_partitions(topic, len(assignment.replicas))
                 continue
             if not any(self.node_id in nodes for nodes in assignment.replicas):
                 continue
@@ -281,6 +283,12 @@ class Broker:
             log.exception("cannot delete the local replicas of topic %r", topic)
         else:
             log.info("deleted the local replicas of topic %r", topic)
+
+    def _add_partitions(self, topic: str, partitions: int) -> None:
+        try:
+            self.logs.create_partitions(topic, partitions)
+        except LogError:
+            log.exception("cannot open the new partitions of topic %r", topic)
 
     def _apply_topic_configs(self, topic: str, configs: Mapping[str, str]) -> None:
         try:

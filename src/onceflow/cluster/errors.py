@@ -9,3 +9,11 @@ class ClusterError(Exception):
 
 class TopicExistsError(Exception):
     """The topic's znode exists already (TOPIC_ALREADY_EXISTS)."""
+
+
+class AssignmentChangedError(Exception):
+    """The topic's znode changed, or went, between reading it and writing it."""
+
+
+class PartitionCountError(Exception):
+    """The topic has as many partitions as asked for, or more, already (INVALID_PARTITIONS)."""

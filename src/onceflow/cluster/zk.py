@@ -28,7 +28,12 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.handlers.threading import KazooTimeoutError
 
 from onceflow.cluster.controller import CREATE, ControllerStateMachine, Replicas, StateWrite
-from onceflow.cluster.errors import ClusterError, TopicExistsError
+from onceflow.cluster.errors import (
+    AssignmentChangedError,
+    ClusterError,
+    PartitionCountError,
+    TopicExistsError,
+)
 from onceflow.cluster.view import ClusterView
 from onceflow.cluster.znodes import (
     BROKER_IDS,
@@ -259,8 +264,10 @@ class ZooKeeperCluster:
                 writes += machine.broker_down(broker_id)
             for broker_id in sorted(set(view.brokers) - machine.live):
                 writes += machine.broker_up(broker_id)
-            for topic in sorted(set(view.topics) - set(machine.assignments) - view.topics_to_delete):
-                writes += machine.topic_created(topic, view.topics[topic].replicas)
+            for topic in sorted(set(view.topics) - view.topics_to_delete):
+                replicas = view.topics[topic].replicas
+                if len(replicas) != len(machine.assignments.get(topic, ())):  # new, or new partitions
+                    writes += machine.topic_created(topic, replicas)
         for topic in sorted(view.topics_to_delete):
             machine.topic_deleted(topic)
         writes = [write for write in writes if write.topic not in view.topics_to_delete]
@@ -375,6 +382,33 @@ class ZooKeeperCluster:
             if isinstance(result, Exception):
                 raise result
 
+    async def add_partitions(self, topic: str, assignment: TopicAssignment) -> None:
+        """Replace the topic's assignment by one with more partitions, a compare-and-set on the
+        one `assignment` extends; the controller then elects the new partitions' leaders."""
+        try:
+            await asyncio.to_thread(self._add_partitions, topic, assignment)
+        except NoNodeError:
+            raise AssignmentChangedError(f"topic '{topic}' was deleted meanwhile") from None
+        except (KazooException, KazooTimeoutError) as error:
+            raise ClusterError(f"writing the partitions of {topic!r} to ZooKeeper failed: {error}") from error
+
+    def _add_partitions(self, topic: str, assignment: TopicAssignment) -> None:
+        data, stat = self._client.get(topic_path(topic))
+        current = TopicAssignment.decode(data)
+        if len(current.replicas) >= len(assignment.replicas):  # this broker's view was behind
+            raise PartitionCountError(
+                f"topic '{topic}' has {len(current.replicas)} partitions; the count can only grow"
+            )
+        extended = current.topic_id == assignment.topic_id and assignment.replicas[
+            : len(current.replicas)
+        ] == (current.replicas)
+        if not extended:
+            raise AssignmentChangedError(f"topic '{topic}' changed meanwhile; ask again")
+        try:
+            self._client.set(topic_path(topic), assignment.encode(), version=stat.version)
+        except BadVersionError:
+            raise AssignmentChangedError(f"topic '{topic}' changed meanwhile; ask again") from None
+
     async def delete_topic(self, topic: str, timeout_s: float) -> bool:
         """Mark the topic for deletion, as Kafka's AdminZkClient does, and wait until the
         controller has deleted it: False if that takes longer than `timeout_s`."""
@@ -425,11 +459,18 @@ class ZooKeeperCluster:
         except (KazooException, KazooTimeoutError):
             log.exception("auto-creating topic %r failed", topic)
 
-    async def wait_for_leaders(self, topic: str, timeout_s: float) -> bool:
+    async def wait_for_leaders(self, topic: str, timeout_s: float, partitions: int = 1) -> bool:
+        """Until this broker's view has at least `partitions` partitions of the topic, all led."""
+
         def led(view: ClusterView) -> bool:
             assignment = view.topics.get(topic)
-            return assignment is not None and all(
-                view.leader(topic, partition) != NO_LEADER for partition in range(len(assignment.replicas))
+            return (
+                assignment is not None
+                and len(assignment.replicas) >= partitions
+                and all(
+                    view.leader(topic, partition) != NO_LEADER
+                    for partition in range(len(assignment.replicas))
+                )
             )
 
         return await self.wait_for(led, timeout_s)
@@ -469,7 +510,8 @@ def read_view(
     versions: dict[tuple[str, int], int] = {}
     for topic in client.get_children(TOPICS, watch=watch):
         try:
-            topics[topic] = TopicAssignment.decode(client.get(topic_path(topic))[0])
+            # Watched: CreatePartitions changes it.
+            topics[topic] = TopicAssignment.decode(client.get(topic_path(topic), watch=watch)[0])
             configs[topic] = _topic_config(client, topic, watch)
         except NoNodeError:
             continue
