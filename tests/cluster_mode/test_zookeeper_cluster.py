@@ -329,13 +329,44 @@ def test_topic_config_changes_reach_every_broker(shared_cluster: Cluster) -> Non
     assert answer.error_code == ErrorCode.not_enough_replicas
 
 
-def test_delete_records_is_refused_as_it_would_stay_on_one_broker(shared_cluster: Cluster) -> None:
-    create_topic(shared_cluster, "kept", 1, 3)
-    shared_cluster.wait_for_leader("kept")
-    admin = AdminClient({"bootstrap.servers": shared_cluster.bootstrap_servers})
-    with pytest.raises(KafkaException) as refused:
-        admin.delete_records([TopicPartition("kept", 0, 0)])[TopicPartition("kept", 0, 0)].result(20)
-    assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION, refused.value
+def test_delete_records_moves_the_start_of_every_replica(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    create_topic(cluster, "trimmed", 1, 3)
+    leader = cluster.wait_for_leader("trimmed").leader_id
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for number in range(10):
+        producer.produce("trimmed", value=f"v{number}")
+    assert producer.flush(20) == 0
+    follower = next(broker_id for broker_id in BROKER_IDS if broker_id != leader)
+    with WireClient(cluster.brokers[follower].bootstrap_servers) as client:
+        refused = client.request(
+            21,
+            2,
+            topics=[{"name": "trimmed", "partitions": [{"partition_index": 0, "offset": 4}]}],
+            timeout=5000,
+        )
+    assert refused.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})  # it finds the leader
+    deleted = admin.delete_records([TopicPartition("trimmed", 0, 4)])[TopicPartition("trimmed", 0, 4)].result(
+        20
+    )
+    assert deleted.low_watermark == 4
+
+    with WireClient(cluster.brokers[leader].bootstrap_servers) as client:
+        assert client.list_offset("trimmed", 0, -2) == 4  # the earliest offset
+    # The followers learn the new start from their next fetch (a record wakes their long poll).
+    producer.produce("trimmed", value=b"v10")
+    assert producer.flush(20) == 0
+    replicas = {broker_id: cluster.brokers[broker_id].data_dir / "trimmed-0" for broker_id in BROKER_IDS}
+    wait_until(
+        lambda: all(
+            (replica / "log-start-offset").exists()
+            and (replica / "log-start-offset").read_text().strip() == "4"
+            for replica in replicas.values()
+        ),
+        timeout_s=20,
+    )
 
 
 def test_new_partitions_reach_every_broker_with_the_topics_replication_factor(

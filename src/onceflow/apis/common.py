@@ -100,14 +100,6 @@ def leader_endpoints(
     ]
 
 
-def single_broker_only(request: Request, what: str) -> str | None:
-    """Why a cluster refuses `what`: these changes are made on the broker that gets them, and in
-    a cluster the other replicas would never hear of them. None on a single broker."""
-    if request.broker.cluster is None:
-        return None
-    return f"{what} is not supported in cluster mode yet: it would change this broker only"
-
-
 def is_internal(topic: str) -> bool:
     """The coordinators' own logs (`__consumer_offsets`, `__transaction_state`)."""
     return topic.startswith("__")

@@ -4,6 +4,8 @@ As Kafka's leader: offset -1 means the high watermark, an offset past the high w
 below -1) is OFFSET_OUT_OF_RANGE, an offset at or below the current start changes nothing, and
 a topic whose cleanup.policy lacks `delete` (the coordinators' logs, compacted in Kafka) is
 POLICY_VIOLATION. The new start is fsynced before the answer; whole segments below it go.
+In a cluster only the partition's leader answers; its followers move their starts when their
+next fetch brings the leader's (Kafka's leader waits for that before answering).
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal, single_broker_only
-from onceflow.broker.core import high_watermark
+from onceflow.apis.common import Request, is_internal
 
 API_KEY = 21
 MIN_VERSION = 0
@@ -36,17 +37,18 @@ def handle(request: Request) -> Any:
 
 
 def _delete(request: Request, topic: str, wanted: Any) -> dict[str, Any]:
-    logs = request.broker.logs
+    broker = request.broker
+    logs = broker.logs
     result = {"partition_index": wanted.partition_index, "low_watermark": -1}
-    if single_broker_only(request, "DeleteRecords") is not None:
-        return {**result, "error_code": ErrorCode.policy_violation}  # this version has no message
+    if broker.leader_elsewhere(topic, wanted.partition_index):
+        return {**result, "error_code": ErrorCode.not_leader_or_follower}
     log = logs.get(topic, wanted.partition_index)
     if log is None:
         return {**result, "error_code": ErrorCode.unknown_topic_or_partition}
     policy = logs.topics[topic].configs.get("cleanup.policy", "delete")
     if is_internal(topic) or "delete" not in (item.strip() for item in policy.split(",")):
         return {**result, "error_code": ErrorCode.policy_violation}
-    hw = high_watermark(log)
+    hw = broker.high_watermark(topic, wanted.partition_index, log)
     offset = hw if wanted.offset == HIGH_WATERMARK else wanted.offset
     if not 0 <= offset <= hw:
         return {**result, "error_code": ErrorCode.offset_out_of_range}

@@ -134,6 +134,8 @@ class ReplicaFetcher:
             for header in headers:
                 self._append(header, records[position : position + header.size])
                 position += header.size
+            if answer.log_start_offset > self.log.log_start_offset:  # DeleteRecords on the leader
+                self.log.delete_records_before(answer.log_start_offset)
             high_watermark = min(int(answer.high_watermark), self.log.log_end_offset)
             if headers or high_watermark != self.high_watermark:  # an empty long poll changes nothing
                 self.high_watermark = high_watermark
