@@ -904,7 +904,7 @@ def replication(run: Run) -> Outcome:
     with onceflow_broker(run.new_dir("replication-single-data"), settings, run.work_dir) as single:
         single.start()
         figures["single"] = {
-            "produce": _produce(run, single, "replication-produce", 1000, total_bytes),
+            "produce": _produce_counting_cpu(run, single, [single], total_bytes),
             "latency": _steady_latency(run, single, "replication-latency"),
         }
         single.stop()
@@ -918,7 +918,7 @@ def replication(run: Run) -> Outcome:
         for topic in ("replication-produce", "replication-latency", "replication-failover"):
             cluster.create_topic(topic, THROUGHPUT_PARTITIONS)
         figures["cluster"] = {
-            "produce": _produce(run, cluster, "replication-produce", 1000, total_bytes),
+            "produce": _produce_counting_cpu(run, cluster, list(cluster.brokers.values()), total_bytes),
             "latency": _steady_latency(run, cluster, "replication-latency"),
         }
         figures["failovers"] = [
@@ -963,6 +963,17 @@ def replication(run: Run) -> Outcome:
         ),
     ]
     return outcome
+
+
+def _produce_counting_cpu(
+    run: Run, target: Reachable, brokers: list[BrokerProcess], total_bytes: int
+) -> dict[str, Any]:
+    """`_produce` of 1 KB records, plus the CPU seconds its brokers spent meanwhile: on 2 cores,
+    whether a cluster's brokers (each appending every byte) ran out of CPU."""
+    cpu_before = [broker.cpu_seconds() for broker in brokers]
+    figures = _produce(run, target, "replication-produce", 1000, total_bytes)
+    cpu = [broker.cpu_seconds() - before for broker, before in zip(brokers, cpu_before, strict=True)]
+    return {**figures, "broker_cpu_s": cpu, "broker_cores_busy": sum(cpu) / figures["seconds"]}
 
 
 def _failover(run: Run, cluster: OnceflowCluster, topic: str) -> dict[str, Any]:
