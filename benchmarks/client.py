@@ -6,6 +6,8 @@
     client.py read-to-end --bootstrap HOST:PORT --topic T --partitions 4 --isolation-level read_committed
     client.py latency --bootstrap HOST:PORT --topic T --partitions 4 --rate-bytes 10000000 --seconds 10
                       --warmup-seconds 1 --fetch-wait-ms 5
+    client.py failover --bootstrap HOST:PORT,... --topic T --partitions 4 --partition 0 --kill-pid PID
+                       --interval-ms 5 --warmup-seconds 2
 
 The same code runs against the onceflow broker and the librdkafka mock cluster; only
 `--bootstrap` differs. Topics are auto-created by a metadata request, so each broker decides
@@ -15,8 +17,10 @@ the partition count (`num.partitions` for onceflow, 4 on the mock) and the clien
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import signal
 import statistics
 import struct
 import sys
@@ -29,12 +33,13 @@ _STAMP = struct.Struct(">q")
 _METADATA_TIMEOUT_S = 30.0
 _TRANSACTION_TIMEOUT_S = 60.0
 _IDLE_TIMEOUT_S = 30.0
+_FAILOVER_TIMEOUT_S = 60.0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("produce", "consume", "read-to-end", "latency"):
+    for name in ("produce", "consume", "read-to-end", "latency", "failover"):
         command = commands.add_parser(name)
         command.add_argument("--bootstrap", required=True)
         command.add_argument("--topic", required=True)
@@ -63,10 +68,19 @@ def main() -> int:
     latency_command.add_argument("--seconds", type=float, required=True, help="how long to measure")
     latency_command.add_argument("--warmup-seconds", type=float, required=True)
     latency_command.add_argument("--fetch-wait-ms", type=int, required=True)
+    failover_command = commands.choices["failover"]
+    failover_command.add_argument("--partition", type=int, required=True, help="the partition produced to")
+    failover_command.add_argument("--kill-pid", type=int, required=True, help="the partition leader's pid")
+    failover_command.add_argument("--interval-ms", type=float, required=True, help="one record per interval")
+    failover_command.add_argument("--warmup-seconds", type=float, required=True, help="acks before the kill")
     args = parser.parse_args()
-    run = {"produce": produce, "consume": consume, "read-to-end": read_to_end, "latency": latency}[
-        args.command
-    ]
+    run = {
+        "produce": produce,
+        "consume": consume,
+        "read-to-end": read_to_end,
+        "latency": latency,
+        "failover": failover,
+    }[args.command]
     print(json.dumps(run(args)), flush=True)
     return 0
 
@@ -350,6 +364,62 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
         "p99_ms": percentiles[98] / 1e6,
         "max_ms": max(latencies_ns) / 1e6,
         "mean_ms": statistics.fmean(latencies_ns) / 1e6,
+    }
+
+
+def failover(args: argparse.Namespace) -> dict[str, Any]:
+    """Produce 1 KB records to one partition at a steady pace, acks=all, idempotent; after
+    `--warmup-seconds` of acks, SIGKILL the partition's leader and time from the kill to the
+    first ack of a record sent after it, which only a new leader can have written.
+
+    The client kills, so the kill and the acks are stamped on one monotonic clock.
+    """
+    producer = Producer(
+        {"bootstrap.servers": args.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 0}
+    )
+    wait_for_topic(producer, args.topic, args.partitions)
+    payload = os.urandom(1000)
+    interval_s = args.interval_ms / 1000
+    acks: list[tuple[float, float]] = []  # (sent, acked) monotonic seconds
+    errors: list[str] = []
+
+    def delivered(sent_at: float, error: KafkaError | None, _message: Any) -> None:
+        if error is None:
+            acks.append((sent_at, time.monotonic()))
+        else:
+            errors.append(str(error))
+
+    started = time.monotonic()
+    killed_at = 0.0
+    sent = 0
+    give_up_at = started + args.warmup_seconds + _FAILOVER_TIMEOUT_S
+    while not (killed_at and acks and acks[-1][0] > killed_at):
+        now = time.monotonic()
+        if now > give_up_at:
+            raise SystemExit(f"no ack of a record sent after the kill within {_FAILOVER_TIMEOUT_S:.0f} s")
+        while sent < (now - started) / interval_s:
+            producer.produce(
+                args.topic,
+                payload,
+                partition=args.partition,
+                on_delivery=functools.partial(delivered, time.monotonic()),
+            )
+            sent += 1
+        if not killed_at and acks and now - started >= args.warmup_seconds:
+            killed_at = time.monotonic()
+            os.kill(args.kill_pid, signal.SIGKILL)
+        producer.poll(interval_s)
+    unsent = producer.flush(30)
+    # Acks arrive in send order on one partition, so the first late-sent one is the first new-leader ack.
+    first_new = next(acked_at for sent_at, acked_at in acks if sent_at > killed_at)
+    before_kill = [acked_at for _, acked_at in acks if acked_at <= killed_at]
+    return {
+        "failover_s": first_new - killed_at,
+        "last_ack_before_kill_s": (before_kill[-1] - killed_at) if before_kill else None,
+        "records_sent": sent,
+        "records_acked": len(acks),
+        "records_unsent": unsent,
+        "errors": errors,
     }
 
 

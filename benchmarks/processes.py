@@ -16,11 +16,16 @@ import sys
 import time
 import urllib.request
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
 from prometheus_client.parser import text_string_to_metric_families
+
+from onceflow.cluster.launcher import LaunchError, broker_command, wait_registered
+from onceflow.cluster.zookeeper_server import ZooKeeperServer, free_port
 
 BENCHMARKS_DIR = Path(__file__).resolve().parent
 CLIENT_SCRIPT = BENCHMARKS_DIR / "client.py"
@@ -54,6 +59,10 @@ class BrokerProcess:
     def pid(self) -> int:
         assert self._process is not None, f"{self.name} is not running"
         return self._process.pid
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
 
     def start(self, timeout_s: float = 120.0) -> float:
         """Start the process; return the seconds from spawn to its listening line."""
@@ -157,6 +166,110 @@ def onceflow_broker(
     for key, value in settings.items():
         argv += ["--set", f"{key}={value}"]
     return BrokerProcess("onceflow broker", argv, log_dir / "onceflow-broker.log", env)
+
+
+class OnceflowCluster:
+    """ZooKeeper and `size` onceflow brokers as `onceflow cluster run` starts them: each broker
+    with the launcher's own command (its ZooKeeper session timeout and default replication
+    factor) plus `settings`, each a BrokerProcess of its own, so one can be killed and restarted.
+    """
+
+    def __init__(self, size: int, data_dir: Path, settings: Mapping[str, str], log_dir: Path) -> None:
+        self.size = size
+        self.data_dir = data_dir
+        self.settings = settings
+        self.log_dir = log_dir
+        self.zookeeper = ZooKeeperServer(tick_ms=200, directory=data_dir / "zookeeper")
+        self.brokers: dict[int, BrokerProcess] = {}
+
+    @property
+    def name(self) -> str:
+        return f"onceflow cluster of {self.size}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(broker.bootstrap for broker in self.brokers.values() if broker.running)
+
+    def start(self) -> None:
+        try:
+            self.zookeeper.start()
+        except RuntimeError as error:
+            raise BenchmarkError(str(error)) from None
+        for broker_id in range(1, self.size + 1):
+            argv = broker_command(
+                broker_id,
+                free_port(),
+                self.data_dir / f"broker-{broker_id}",
+                self.zookeeper.connect_string,
+                self.size,
+            )
+            for key, value in self.settings.items():
+                argv += ["--set", f"{key}={value}"]
+            self.brokers[broker_id] = BrokerProcess(
+                f"onceflow broker {broker_id}",
+                argv,
+                self.log_dir / f"onceflow-cluster-broker-{broker_id}.log",
+            )
+        with ThreadPoolExecutor(self.size) as pool:
+            list(pool.map(BrokerProcess.start, self.brokers.values()))
+        try:
+            wait_registered(self.zookeeper.connect_string, self.size)
+        except LaunchError as error:
+            raise BenchmarkError(str(error)) from None
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        """Create the topic with a replica on every broker and wait until each partition's ISR
+        is full: a client that finds an auto-created topic in the metadata may still reach a
+        leader that has not taken up its leadership (NOT_LEADER_FOR_PARTITION)."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for future in admin.create_topics([NewTopic(topic, partitions, self.size)]).values():
+            future.result(timeout=30)
+        for partition in range(partitions):
+            self.wait_in_sync(topic, partition)
+
+    def partition(self, topic: str, partition: int) -> PartitionMetadata:
+        """The partition's leader, replicas and ISR, as a live broker describes them."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        if partition not in partitions:
+            raise BenchmarkError(f"the cluster does not know {topic}/{partition}")
+        described: PartitionMetadata = partitions[partition]
+        return described
+
+    def wait_in_sync(self, topic: str, partition: int, timeout_s: float = 60.0) -> PartitionMetadata:
+        """Wait until every broker is a live replica of the partition, in its ISR, and a live one leads."""
+        deadline = time.monotonic() + timeout_s
+        live = {broker_id for broker_id, broker in self.brokers.items() if broker.running}
+        while True:
+            described = self.partition(topic, partition)
+            if (
+                described.leader in live
+                and set(described.replicas) == live == set(range(1, self.size + 1))
+                and set(described.isrs) == live
+            ):
+                return described
+            if time.monotonic() > deadline:
+                raise BenchmarkError(
+                    f"{topic}/{partition} not in sync within {timeout_s:.0f} s: leader {described.leader},"
+                    f" replicas {described.replicas}, ISR {described.isrs}, live brokers {sorted(live)}"
+                )
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """SIGKILL every broker (data dirs are thrown away), then ZooKeeper, even if a kill fails."""
+        try:
+            for broker in self.brokers.values():
+                broker.kill()
+        finally:
+            self.zookeeper.stop()
+
+    def __enter__(self) -> OnceflowCluster:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.stop()
 
 
 def stage_times(metrics_url: str) -> dict[str, dict[str, float]]:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/run.py [--quick] [--only SCENARIO ...]
 
-SCENARIO: throughput, latency, restart, transactions, isolation, spark, bounds.
+SCENARIO: throughput, latency, restart, transactions, isolation, spark, bounds, replication.
 
 Prints a table of onceflow figures, reference figures and their ratios, and writes every raw
 figure to benchmarks/results/<UTC timestamp>.json and merges it into benchmarks/results/latest.json,

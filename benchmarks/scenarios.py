@@ -1,9 +1,9 @@
 """The benchmark scenarios. Each runs onceflow and its reference side by side and returns rows.
 
 A row is one onceflow figure, the reference figure measured in the same run (the librdkafka
-mock cluster, the disk's dd bandwidth, the same broker with an empty data directory, or the
-same broker without transactions) and their ratio, so a noisy shared machine slows both sides
-of a comparison alike.
+mock cluster, the disk's dd bandwidth, the same broker with an empty data directory, the
+same broker without transactions, or one broker against a replicated cluster) and their
+ratio, so a noisy shared machine slows both sides of a comparison alike.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from processes import (
     QUIX_SCRIPT,
     SPARK_JOB_SCRIPT,
     BenchmarkError,
     BrokerProcess,
+    OnceflowCluster,
     mock_broker,
     onceflow_broker,
     run_client,
@@ -30,6 +31,8 @@ from processes import (
 )
 from quixstreams_venv import QUIXSTREAMS_VERSION, VENV_DIR, VenvUnavailable, quixstreams_python
 from rich.console import Console
+
+from onceflow.cluster.launcher import SESSION_TIMEOUT_MS
 
 MB = 1_000_000  # decimal megabytes, as dd reports them
 RECORD_SIZES = (1000, 100)
@@ -46,6 +49,10 @@ COMMIT_INTERVAL_MS = 100
 ABORT_EVERY = 10  # in the log read by both isolation levels, so read_committed has aborts to skip
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 SPARK_RECORD_SIZE = 100
+CLUSTER_SIZE = 3  # `onceflow cluster run`'s default replication factor is min(3, brokers)
+FAILOVER_PARTITION = 0
+FAILOVER_INTERVAL_MS = 5  # the steady producer's pace during a failover: 200 records/s
+FAILOVER_WARMUP_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -95,9 +102,12 @@ class Target:
     text: str
     on_ratio: bool  # compare the ratio (at least `limit`) instead of the onceflow figure (under `limit`)
     limit: float
+    ratio_at_most: bool = False  # the ratio must be at most `limit` (a cost, not a speed)
 
     def met(self, onceflow: float, ratio: float) -> bool:
-        return ratio >= self.limit if self.on_ratio else onceflow < self.limit
+        if not self.on_ratio:
+            return onceflow < self.limit
+        return ratio <= self.limit if self.ratio_at_most else ratio >= self.limit
 
 
 PRODUCE_VS_DISK = Target("ratio ≥ 0.5", on_ratio=True, limit=0.5)
@@ -110,6 +120,9 @@ COMMITTED_VS_UNCOMMITTED = Target("ratio ≥ 0.95", on_ratio=True, limit=0.95)
 EXACTLY_ONCE_VS_AT_LEAST_ONCE = Target("ratio ≥ 0.9", on_ratio=True, limit=0.9)
 SPARK_VS_QUIXSTREAMS = Target("ratio ≥ 1.0", on_ratio=True, limit=1.0)
 BOUNDS_CHECK_COST = Target("ratio ≥ 0.97", on_ratio=True, limit=0.97)
+REPLICATED_VS_SINGLE_PRODUCE = Target("ratio ≥ 0.5", on_ratio=True, limit=0.5)
+FAILOVER = Target("< 5 s", on_ratio=False, limit=5.0)
+REPLICATED_VS_SINGLE_LATENCY = Target("ratio ≤ 2", on_ratio=True, limit=2.0, ratio_at_most=True)
 TARGETS = {
     "produce 1 KB records, MB/s, vs dd fdatasync": PRODUCE_VS_DISK,
     "consume MB/s vs produce MB/s, per record size": CONSUME_VS_PRODUCE,
@@ -126,6 +139,13 @@ TARGETS = {
     ),
     "produce with the request bounds check vs without (MB/s, and MB per broker CPU second)": (
         BOUNDS_CHECK_COST
+    ),
+    "produce MB/s, 1 KB records, 3 brokers with replication factor 3 vs one broker": (
+        REPLICATED_VS_SINGLE_PRODUCE
+    ),
+    "failover: leader SIGKILLed to the first ack by a new leader, s": FAILOVER,
+    "produce-to-consume p99 at 10 MB/s, 3 brokers with replication factor 3 vs one broker": (
+        REPLICATED_VS_SINGLE_LATENCY
     ),
 }
 
@@ -156,6 +176,16 @@ class Row:
             "ratio": self.ratio,
             "passed": self.passed,
         }
+
+
+class Reachable(Protocol):
+    """A broker or a cluster, as a client sees it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def bootstrap(self) -> str: ...
 
 
 @dataclass
@@ -288,7 +318,7 @@ def measure_disk(run: Run) -> dict[str, Any]:
 
 def _produce(
     run: Run,
-    broker: BrokerProcess,
+    broker: Reachable,
     topic: str,
     record_size: int,
     total_bytes: int,
@@ -346,20 +376,7 @@ def latency(run: Run) -> Outcome:
         onceflow.start()
         mock.start()
         for name, broker in (("onceflow", onceflow), ("mock", mock)):
-            run.step(
-                f"{run.sizes.latency_seconds:.0f} s at {LATENCY_RATE_BYTES / MB:.0f} MB/s -> {broker.name}"
-            )
-            outcome.figures[name] = run.client(
-                "latency",
-                timeout_s=run.sizes.latency_seconds + 120,
-                bootstrap=broker.bootstrap,
-                topic="latency",
-                partitions=THROUGHPUT_PARTITIONS,
-                rate_bytes=LATENCY_RATE_BYTES,
-                seconds=run.sizes.latency_seconds,
-                warmup_seconds=run.sizes.latency_warmup_seconds,
-                fetch_wait_ms=LATENCY_FETCH_WAIT_MS,
-            )
+            outcome.figures[name] = _steady_latency(run, broker, "latency")
         stages = outcome.figures["onceflow_stages"] = stage_times(onceflow.metrics_url)
         onceflow.stop()
         mock.stop()
@@ -381,6 +398,22 @@ def latency(run: Run) -> Outcome:
             )
         )
     return outcome
+
+
+def _steady_latency(run: Run, broker: Reachable, topic: str) -> dict[str, Any]:
+    """`client.py latency`: produce-to-consume times at a steady 10 MB/s, 1 KB records, acks=all."""
+    run.step(f"{run.sizes.latency_seconds:.0f} s at {LATENCY_RATE_BYTES / MB:.0f} MB/s -> {broker.name}")
+    return run.client(
+        "latency",
+        timeout_s=run.sizes.latency_seconds + 120,
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        partitions=THROUGHPUT_PARTITIONS,
+        rate_bytes=LATENCY_RATE_BYTES,
+        seconds=run.sizes.latency_seconds,
+        warmup_seconds=run.sizes.latency_warmup_seconds,
+        fetch_wait_ms=LATENCY_FETCH_WAIT_MS,
+    )
 
 
 def _print_stages(run: Run, stages: dict[str, dict[str, float]], end_to_end_p99_ms: float) -> None:
@@ -858,6 +891,122 @@ def bounds(run: Run) -> Outcome:
     return outcome
 
 
+def replication(run: Run) -> Outcome:
+    """One broker, then a 3-broker cluster (ZooKeeper, the session timeout `onceflow cluster run`
+    sets) with replication factor 3: produce throughput and produce-to-consume latency on each,
+    same client and bytes, acks=all; then on the cluster, SIGKILL a partition's leader under a
+    steady producer and time until a new leader acknowledges, a few times over.
+    """
+    outcome = Outcome()
+    figures = outcome.figures
+    settings = {"num.partitions": str(THROUGHPUT_PARTITIONS)}
+    total_bytes = run.sizes.produce_bytes[1000]
+    with onceflow_broker(run.new_dir("replication-single-data"), settings, run.work_dir) as single:
+        single.start()
+        figures["single"] = {
+            "produce": _produce_counting_cpu(run, single, [single], total_bytes),
+            "latency": _steady_latency(run, single, "replication-latency"),
+        }
+        single.stop()
+    with OnceflowCluster(
+        CLUSTER_SIZE, run.new_dir("replication-cluster-data"), settings, run.work_dir
+    ) as cluster:
+        run.step(
+            f"start ZooKeeper and {CLUSTER_SIZE} brokers, zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}"
+        )
+        cluster.start()
+        for topic in ("replication-produce", "replication-latency", "replication-failover"):
+            cluster.create_topic(topic, THROUGHPUT_PARTITIONS)
+        figures["cluster"] = {
+            "produce": _produce_counting_cpu(run, cluster, list(cluster.brokers.values()), total_bytes),
+            "latency": _steady_latency(run, cluster, "replication-latency"),
+        }
+        figures["failovers"] = [
+            _failover(run, cluster, "replication-failover") for _ in range(run.sizes.rounds)
+        ]
+    failover_s = statistics.median(kill["failover_s"] for kill in figures["failovers"])
+    figures["failover_median_s"] = failover_s
+    figures["session_timeout_ms"] = SESSION_TIMEOUT_MS
+    single_latency, cluster_latency = figures["single"]["latency"], figures["cluster"]["latency"]
+    runs = " / ".join(f"{kill['failover_s']:.2f}" for kill in figures["failovers"])
+    outcome.rows += [
+        Row(
+            f"produce 1 KB, RF {CLUSTER_SIZE} on {CLUSTER_SIZE} brokers, acks=all",
+            "MB/s",
+            figures["cluster"]["produce"]["mb_per_s"],
+            figures["single"]["produce"]["mb_per_s"],
+            "one broker",
+            REPLICATED_VS_SINGLE_PRODUCE,
+        ),
+        Row(
+            f"failover, leader SIGKILLed to new leader's ack (median of {runs} s)",
+            "s",
+            failover_s,
+            SESSION_TIMEOUT_MS / 1000,
+            "session timeout",
+            FAILOVER,
+        ),
+        Row(
+            f"latency p50 at 10 MB/s, RF {CLUSTER_SIZE}",
+            "ms",
+            cluster_latency["p50_ms"],
+            single_latency["p50_ms"],
+            "one broker",
+        ),
+        Row(
+            f"latency p99 at 10 MB/s, RF {CLUSTER_SIZE}",
+            "ms",
+            cluster_latency["p99_ms"],
+            single_latency["p99_ms"],
+            "one broker",
+            REPLICATED_VS_SINGLE_LATENCY,
+        ),
+    ]
+    return outcome
+
+
+def _produce_counting_cpu(
+    run: Run, target: Reachable, brokers: list[BrokerProcess], total_bytes: int
+) -> dict[str, Any]:
+    """`_produce` of 1 KB records, plus the CPU seconds its brokers spent meanwhile: on 2 cores,
+    whether a cluster's brokers (each appending every byte) ran out of CPU."""
+    cpu_before = [broker.cpu_seconds() for broker in brokers]
+    figures = _produce(run, target, "replication-produce", 1000, total_bytes)
+    cpu = [broker.cpu_seconds() - before for broker, before in zip(brokers, cpu_before, strict=True)]
+    return {**figures, "broker_cpu_s": cpu, "broker_cores_busy": sum(cpu) / figures["seconds"]}
+
+
+def _failover(run: Run, cluster: OnceflowCluster, topic: str) -> dict[str, Any]:
+    """SIGKILL the leader of one partition (the client kills it, under its steady producer), then
+    start that broker again with the same id, port and data dir, for the next kill."""
+    killed_id = cluster.wait_in_sync(topic, FAILOVER_PARTITION).leader
+    leader = cluster.brokers[killed_id]
+    run.step(
+        f"steady producer -> {topic}/{FAILOVER_PARTITION}, SIGKILL its leader ({leader.name})"
+        f" after {FAILOVER_WARMUP_SECONDS:.0f} s"
+    )
+    kill = run.client(
+        "failover",
+        timeout_s=FAILOVER_WARMUP_SECONDS + 120,
+        bootstrap=cluster.bootstrap,
+        topic=topic,
+        partitions=THROUGHPUT_PARTITIONS,
+        partition=FAILOVER_PARTITION,
+        kill_pid=leader.pid,
+        interval_ms=FAILOVER_INTERVAL_MS,
+        warmup_seconds=FAILOVER_WARMUP_SECONDS,
+    )
+    leader.kill()  # reaps the process the client killed
+    new_id = cluster.partition(topic, FAILOVER_PARTITION).leader
+    if new_id == killed_id:
+        raise BenchmarkError(
+            f"{topic}/{FAILOVER_PARTITION} still names the killed broker {killed_id} as leader"
+        )
+    run.step(f"{kill['failover_s']:.2f} s to the first ack from broker {new_id}; restart {leader.name}")
+    leader.start()
+    return {**kill, "killed_broker": killed_id, "new_leader": new_id}
+
+
 SCENARIOS: dict[str, Callable[[Run], Outcome]] = {
     "throughput": throughput,
     "latency": latency,
@@ -866,6 +1015,7 @@ SCENARIOS: dict[str, Callable[[Run], Outcome]] = {
     "isolation": isolation,
     "spark": spark,
     "bounds": bounds,
+    "replication": replication,
 }
 
 

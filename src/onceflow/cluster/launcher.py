@@ -122,7 +122,7 @@ def run_cluster(brokers: int, data_dir: Path, out: Callable[[str], None]) -> int
         for broker in launched:
             _wait_listening(broker)
             out(f"broker {broker.broker_id} pid {broker.process.pid} listening on {broker.address}")
-        _wait_registered(zookeeper.connect_string, brokers)
+        wait_registered(zookeeper.connect_string, brokers)
         out(f"cluster ready: bootstrap {','.join(broker.address for broker in launched)}")
         _watch(launched, out)
     except Stopped:
@@ -165,7 +165,7 @@ def _wait_listening(broker: LaunchedBroker) -> None:
         time.sleep(POLL_S)
 
 
-def _wait_registered(zookeeper: str, brokers: int) -> None:
+def wait_registered(zookeeper: str, brokers: int) -> None:
     """Every broker registered and a controller elected: clients see the whole cluster."""
     from onceflow.cluster.zk import read_cluster  # kazoo, as the brokers need it anyway
 
