@@ -48,16 +48,24 @@ def handle(request: Request) -> Any:
 
 
 async def _long_poll(request: Request, logs: list[PartitionLog], deadline: float) -> Any:
-    """Wait for the partitions read (only a flush of one of them wakes this fetch), read again."""
+    """Wait for the partitions read (a flush of one of them wakes this fetch; an append, a
+    follower's), read again."""
+    follower = _replica_id(request.body) >= 0 and request.broker.cluster is not None
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        await request.broker.wait_for_data(logs, remaining)
+        await request.broker.wait_for_data(logs, remaining, follower)
         responses, size, logs = _read(request)
         if size >= request.body.min_bytes:
             return _respond(request, responses)
     return _respond(request, _read(request)[0])
+
+
+def _replica_id(body: Any) -> int:
+    """The fetching follower's broker id (from v15 in the replica state), -1 for a consumer."""
+    replica_state = getattr(body, "replica_state", None)
+    return int(getattr(body, "replica_id", -1) if replica_state is None else replica_state.replica_id)
 
 
 def _respond(request: Request, responses: list[dict[str, Any]]) -> Any:
@@ -81,10 +89,10 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int, list[PartitionLo
     body = request.body
     broker = request.broker
     logs = broker.logs
-    # A follower (cluster mode) reads what its leader has flushed, past the high watermark.
-    # From v15 its id is in the replica state.
-    replica_state = getattr(body, "replica_state", None)
-    replica_id = getattr(body, "replica_id", -1) if replica_state is None else replica_state.replica_id
+    # A follower (cluster mode) reads to the leader's log end, past the high watermark and
+    # whether fsynced or not: the leader's fsync and the copying run side by side (the high
+    # watermark waits for both).
+    replica_id = _replica_id(body)
     follower = replica_id >= 0 and broker.cluster is not None
     read_committed = body.isolation_level == READ_COMMITTED and not follower
     # The broker's own cap bounds the memory one response takes, whatever the client asks for;
@@ -119,7 +127,7 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int, list[PartitionLo
             hw = broker.high_watermark(name, wanted.partition, log)
             lso = log.last_stable_offset(hw)
             limit = max(0, min(wanted.partition_max_bytes, budget))
-            upto = log.flushed_offset if follower else lso if read_committed else hw
+            upto = log.log_end_offset if follower else lso if read_committed else hw
             read_logs.append(log)
             try:
                 records, next_offset = log.read_batches(wanted.fetch_offset, limit, upto)

@@ -122,6 +122,9 @@ class Broker:
         # waiting on the partitions it flushed (Kafka's delayed fetches, keyed by partition).
         # Waiters get the perf_counter() time of their wake-up, to time the stages after it.
         self._fetch_waiters: dict[DurableLog, set[asyncio.Future[float]]] = {}
+        # Followers' fetches: they copy what the leader appended, fsynced or not, so an append
+        # wakes them (the leader's own fsync runs meanwhile, beside the copying).
+        self._append_waiters: dict[DurableLog, set[asyncio.Future[float]]] = {}
         self._durability_waiters: list[tuple[list[tuple[DurableLog, int]], asyncio.Future[float]]] = []
         self._dirty: set[DurableLog] = set()
         self._flush_requested = asyncio.Event()
@@ -510,6 +513,8 @@ class Broker:
         self._dirty.update(logs)
         if any(partition in self._fetch_waiters for partition in logs):
             self._flush_requested.set()
+        if self._append_waiters:
+            _wake(self._append_waiters, logs, time.perf_counter())
 
     async def wait_durable(self, logs: Iterable[DurableLog]) -> float:
         """Return once everything appended so far to `logs` is fsynced: the perf_counter()
@@ -524,13 +529,17 @@ class Broker:
         self._flush_requested.set()
         return await waiter
 
-    async def wait_for_data(self, logs: Iterable[DurableLog], timeout_s: float) -> None:
-        """Sleep until the high watermark of one of `logs` may have moved or the timeout passes."""
+    async def wait_for_data(
+        self, logs: Iterable[DurableLog], timeout_s: float, follower: bool = False
+    ) -> None:
+        """Sleep until the high watermark of one of `logs` may have moved (for a follower: until
+        one of them is appended to) or the timeout passes."""
         waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         logs = tuple(logs)
+        waiting = self._append_waiters if follower else self._fetch_waiters
         for partition in logs:
-            self._fetch_waiters.setdefault(partition, set()).add(waiter)
-        if any(partition in self._dirty for partition in logs):
+            waiting.setdefault(partition, set()).add(waiter)
+        if not follower and any(partition in self._dirty for partition in logs):
             self._flush_requested.set()
         try:
             woken_at = await asyncio.wait_for(waiter, timeout_s)
@@ -539,11 +548,11 @@ class Broker:
             pass
         finally:
             for partition in logs:
-                waiters = self._fetch_waiters.get(partition)
+                waiters = waiting.get(partition)
                 if waiters is not None:
                     waiters.discard(waiter)
                     if not waiters:
-                        del self._fetch_waiters[partition]
+                        del waiting[partition]
 
     async def _flusher(self) -> None:
         loop = asyncio.get_running_loop()
@@ -583,11 +592,7 @@ class Broker:
         """The high watermarks of `logs` may have moved: wake the fetches waiting on them."""
         if self._replication_waiters:
             self._wake_replication()  # a flush moves the high watermark too
-        woken_at = time.perf_counter()
-        for partition in logs:
-            for waiter in self._fetch_waiters.pop(partition, ()):
-                if not waiter.done():
-                    waiter.set_result(woken_at)
+        _wake(self._fetch_waiters, logs, time.perf_counter())
 
     async def _write_behind(self) -> None:
         """acks=0/1 data nobody waits for is flushed every log.flush.interval.ms."""
@@ -658,6 +663,15 @@ class Broker:
             result.bytes_after,
             result.records_removed,
         )
+
+
+def _wake(
+    waiting: dict[DurableLog, set[asyncio.Future[float]]], logs: Iterable[DurableLog], woken_at: float
+) -> None:
+    for partition in logs:
+        for waiter in waiting.pop(partition, ()):
+            if not waiter.done():
+                waiter.set_result(woken_at)
 
 
 def high_watermark(log: PartitionLog) -> int:
