@@ -76,13 +76,23 @@ class Row:
     # The loss rules are tested by values acknowledged during the fault; acks=all with
     # min.insync.replicas=2 by values offered then (which it must not acknowledge and lose).
     needs_acknowledged_during_fault: bool = True
-    precondition: str = ""  # why the row tested nothing, if it did not
+    offline_without_leader: bool = True  # the clean row's precondition, besides its writes
+
+    def untested_because(self) -> str | None:
+        """Why the fault tested none of the row's prediction, if it did not."""
+        if not self.sent_during_fault:
+            return "nothing was written during the fault"
+        if self.needs_acknowledged_during_fault and not self.acknowledged_during_fault:
+            return "nothing was acknowledged during the fault"
+        if not self.offline_without_leader:
+            return "the partition did not go offline without its leader"
+        return None
 
     def to_json(self) -> dict[str, Any]:
         result = check(self.history, input_topic=self.topic, output_topic="")
         lost = sorted(value for anomaly in result.of_kind("lost-write") for value in anomaly.values)
-        tested = not self.precondition
-        if not tested:
+        untested = self.untested_because()
+        if untested:
             verdict = NOT_TESTED
         elif self.prediction == NEVER_LOSES and lost:
             verdict = DISAGREES
@@ -103,7 +113,7 @@ class Row:
             "lost_values": lost,
             "verdict": verdict,
             "agrees": verdict == AGREES,
-            "not_tested_because": self.precondition or None,
+            "not_tested_because": untested,
             "anomalies": [anomaly.to_json() for anomaly in result.anomalies],
         }
 
@@ -337,7 +347,7 @@ def _leader_alone_crashes(cluster: Cluster, unclean: Row, clean: Row) -> None:
     _read_back(cluster, unclean)
     state = cluster.partition(clean.topic)
     if state is None or state.leader != -1:
-        clean.precondition = "the partition did not go offline without its leader"
+        clean.offline_without_leader = False
     cluster.restart([LEADER])
     cluster.wait_for_leader(clean.topic, lambda leader: leader == LEADER)
     _read_back(cluster, clean)
@@ -365,9 +375,6 @@ def _write(cluster: Cluster, row: Row, values: list[str], during_fault: bool = F
     if during_fault:
         row.sent_during_fault += len(values)
         row.acknowledged_during_fault += acknowledged
-        needed = row.acknowledged_during_fault if row.needs_acknowledged_during_fault else len(values)
-        if not needed:
-            row.precondition = "nothing was acknowledged during the fault"
 
 
 def _produce(
