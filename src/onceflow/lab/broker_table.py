@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from rich import box
 from rich.console import Console
@@ -37,10 +37,11 @@ from onceflow.faults.broker_process import BrokerProcess, paused, wait_until
 from onceflow.lab.checker import check
 from onceflow.lab.history import Event
 
-BROKER_FAULTS = {
-    "follower-lag": "the followers fall behind the leader (SIGSTOP, or SIGKILL until out of the ISR)",
-    "leader-crash": "the leader is SIGKILLed while it holds values the followers lack",
-    "unclean-election": "unclean.leader.election.enable=true: a replica outside the ISR may lead",
+# The broker-side faults: name, as the table shows it, what it does.
+FAULTS = {
+    "follower-lag": ("lag", "followers stop (SIGSTOP), or die until out of the ISR"),
+    "leader-crash": ("crash", "the leader SIGKILLed with values the followers lack"),
+    "unclean-election": ("unclean", "a replica outside the ISR may lead"),
 }
 BROKER_IDS = (1, 2, 3)
 LEADER = 1  # every topic's assignment is [1, 2, 3]: broker 1 leads it
@@ -208,7 +209,7 @@ class Cluster:
     def registered(self) -> set[int]:
         try:
             return set(self.metadata().brokers)
-        except Exception:  # a broker that is still starting: asked again
+        except KafkaException:  # no broker answered yet: asked again
             return set()
 
     def partition(self, topic: str) -> Any:
@@ -273,7 +274,7 @@ def print_table(rows: Sequence[Mapping[str, Any]], console: Console | None = Non
     for row in rows:
         table.add_row(
             row["row"],
-            ",".join(_SHORT_FAULTS[fault] for fault in row["faults"]),
+            ",".join(FAULTS[fault][0] for fault in row["faults"]),
             f"{row['acknowledged']} ({row['acknowledged_during_fault']})",
             f"[bold]{row['lost']}[/]" if row["lost"] else "0",
             row["prediction"],
@@ -283,11 +284,9 @@ def print_table(rows: Sequence[Mapping[str, Any]], console: Console | None = Non
     console.print(table)
     for row in rows:
         console.print(f"  {row['row']}: {row['settings']}\n    {row['rule']}", highlight=False)
-    console.print(
-        "  acked (n): n of them during the fault; n/t: not tested\n"
-        "  lag: follower-lag, crash: leader-crash, unclean: unclean-election",
-        highlight=False,
-    )
+    for name, (short, does) in FAULTS.items():
+        console.print(f"  {short} = {name}: {does}", highlight=False)
+    console.print("  acked (n): n of them during the fault; n/t: not tested", highlight=False)
 
 
 def problems(rows: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -301,13 +300,6 @@ def problems(rows: Iterable[Mapping[str, Any]]) -> list[str]:
         elif row["verdict"] == NOT_TESTED:
             found.append(f"broker table, {row['row']}: not tested ({row['not_tested_because']})")
     return found
-
-
-_SHORT_FAULTS = {
-    "follower-lag": "lag",
-    "leader-crash": "crash",
-    "unclean-election": "unclean",
-}
 
 
 def _lag_then_leader_crash(cluster: Cluster, rows: list[Row]) -> None:
