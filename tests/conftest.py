@@ -6,9 +6,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 from onceflow import EmbeddedBroker
+from onceflow.faults.broker_process import wait_until as wait_until  # the tests import it from here
 from tests.postgres import PostgresServer
 
 # `make test` runs on two pytest-xdist workers. The Spark test files run in one lane, in turn on
@@ -147,14 +147,6 @@ def broker_process(tmp_path: Path) -> Iterator[BrokerProcess]:
     if process.process is not None and process.process.poll() is None:
         process.process.kill()
         process.process.wait(timeout=30)
-
-
-def wait_until(condition: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        time.sleep(interval_s)
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -4,7 +4,6 @@ followers held back with SIGSTOP, leaders lost to SIGKILL."""
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
+from onceflow.faults.broker_process import paused
 from onceflow.log.batch import decode_records, validate_batches
 from tests.cli.commands import onceflow
 from tests.cluster_mode.conftest import BROKER_IDS, Cluster, start_cluster
@@ -31,17 +31,9 @@ def scenario_cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 @contextmanager
 def stopped(cluster: Cluster, broker_ids: list[int]) -> Iterator[None]:
-    """SIGSTOP: no fetch leaves them, but their ZooKeeper sessions live on for a while."""
     processes = [cluster.brokers[broker_id].process for broker_id in broker_ids]
-    for process in processes:
-        assert process is not None
-        process.send_signal(signal.SIGSTOP)
-    try:
+    with paused([process for process in processes if process is not None]):
         yield
-    finally:
-        for process in processes:
-            assert process is not None
-            process.send_signal(signal.SIGCONT)
 
 
 def fetch_log(address: str, topic: str) -> list[tuple[int, bytes]]:

@@ -42,6 +42,15 @@ def test_demo_runs_end_to_end_and_writes_valid_reports(tmp_path: Path) -> None:
     rows = json.loads((report_dir / "matrix.json").read_text())["matrix"]
     assert len(rows) == len(SHORT_MATRIX) and all(row["agrees"] is True for row in rows), rows
 
+    # The broker table, on a cluster of its own: every row agrees with the documents' prediction.
+    assert "broker table: 3 brokers" in demo.stdout
+    table = {
+        row["row"]: row for row in json.loads((report_dir / "broker-table.json").read_text())["broker_table"]
+    }
+    assert all(row["verdict"] == "agrees" for row in table.values()), table
+    assert table["acks=1"]["lost"] > 0 and table["unclean"]["lost"] > 0
+    assert table["acks=all,isr>=2"]["lost"] == 0 and table["clean"]["lost"] == 0
+
     report = json.loads((report_dir / "report.json").read_text())
     assert set(report) == {"runs"}
     for run in report["runs"]:

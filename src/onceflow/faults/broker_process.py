@@ -5,6 +5,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -12,9 +15,16 @@ class BrokerProcess:
     """`onceflow broker` as a subprocess, so that the lab can SIGKILL it and start it on the same port."""
 
     def __init__(
-        self, data_dir: Path, settings: dict[str, str], log_path: Path, metrics: bool = False
+        self,
+        data_dir: Path,
+        settings: dict[str, str],
+        log_path: Path,
+        metrics: bool = False,
+        extra_args: Sequence[str] = (),
     ) -> None:
+        """`extra_args`: more `onceflow broker` arguments, e.g. `--zookeeper` and `--broker-id`."""
         self.data_dir = data_dir
+        self.extra_args = list(extra_args)
         self.settings = settings
         self.log_path = log_path
         self.metrics = metrics
@@ -28,7 +38,7 @@ class BrokerProcess:
 
     def start(self) -> BrokerProcess:
         command = [sys.executable, "-m", "onceflow.cli", "broker", "--listen", f"127.0.0.1:{self.port}"]
-        command += ["--data-dir", str(self.data_dir)]
+        command += ["--data-dir", str(self.data_dir), *self.extra_args]
         if self.metrics:
             command += ["--metrics", "127.0.0.1:0"]
         for key, value in self.settings.items():
@@ -49,3 +59,25 @@ class BrokerProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=30)
+
+
+@contextmanager
+def paused(processes: Sequence[subprocess.Popen[str]]) -> Iterator[None]:
+    """SIGSTOP, SIGCONT on leaving: a stopped broker fetches and answers nothing, but its ZooKeeper
+    session (and so its place in the ISR) lives on until the session timeout."""
+    for process in processes:
+        process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        time.sleep(interval_s)

@@ -1,4 +1,4 @@
-"""`onceflow lab run`, `onceflow lab matrix` and `onceflow lab presets`."""
+"""`onceflow lab run`, `onceflow lab matrix`, `onceflow lab broker-table` and `onceflow lab presets`."""
 
 from __future__ import annotations
 
@@ -64,6 +64,13 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
         "--html", type=Path, help="write a self-contained HTML report: the matrix, then every cell's run"
     )
     matrix.add_argument("--workdir", type=Path, help="keep histories, logs and broker data here")
+    broker_table = actions.add_parser(
+        "broker-table",
+        help="the documents' broker table on a cluster of its own (ZooKeeper and 3 brokers):"
+        " acks=1 and acks=all under follower-lag and leader-crash, unclean-election",
+    )
+    broker_table.add_argument("--json", type=Path, help="write the rows as JSON here")
+    broker_table.add_argument("--workdir", type=Path, help="keep broker data, logs and histories here")
     actions.add_parser("presets", help="print the client configs of the three guarantees")
 
 
@@ -72,6 +79,8 @@ def run_lab_command(args: argparse.Namespace) -> int:
         return _print_presets()
     if args.lab_command == "matrix":
         return _run_matrix(args)
+    if args.lab_command == "broker-table":
+        return _run_broker_table(args)
     guarantees = args.guarantee or ["all"]
     guarantees = list(PRESETS) if "all" in guarantees else list(dict.fromkeys(guarantees))
     fault_sets = [
@@ -156,6 +165,23 @@ def _run_matrix(args: argparse.Namespace) -> int:
     for problem in matrix.problems(broken):
         print(f"onceflow: {problem}", file=sys.stderr)
     return 1 if broken else 0
+
+
+def _run_broker_table(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from onceflow.lab import broker_table
+
+    console = Console(stderr=True)
+    with tempfile.TemporaryDirectory(prefix="onceflow-broker-table-") as scratch:
+        rows = broker_table.run_broker_table(args.workdir or Path(scratch), log=console.log)
+    broker_table.print_table(rows)
+    if args.json:
+        args.json.write_text(json.dumps({"broker_table": rows}, indent=2) + "\n", encoding="utf-8")
+    found = broker_table.problems(rows)
+    for problem in found:
+        print(f"onceflow: {problem}", file=sys.stderr)
+    return 1 if found else 0
 
 
 def _print_presets() -> int:

@@ -1,0 +1,88 @@
+"""`onceflow lab broker-table`: the documents' broker table, measured on ZooKeeper and 3 brokers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from onceflow.lab.broker_table import DISAGREES, NEVER_LOSES, NOT_TESTED, Row, problems, rows_to_run
+
+
+@pytest.mark.zookeeper
+def test_the_broker_table_measures_each_rows_loss_as_the_documents_predict(tmp_path: Path) -> None:
+    report = tmp_path / "broker-table.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "onceflow.cli", "lab", "broker-table", "--json", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "broker table: 3 brokers" in result.stdout
+    rows = {row["row"]: row for row in json.loads(report.read_text())["broker_table"]}
+    assert list(rows) == ["acks=1", "acks=all,isr>=2", "unclean", "clean"]
+    assert {row["verdict"] for row in rows.values()} == {"agrees"}
+    # acks=1: acknowledged by the leader alone during the lag, gone with it.
+    assert rows["acks=1"]["acknowledged_during_fault"] == 5
+    assert rows["acks=1"]["lost"] >= 1
+    assert "during-4" in rows["acks=1"]["lost_values"]
+    # acks=all with min.insync.replicas=2: offered during the lag, never acknowledged, none lost.
+    assert rows["acks=all,isr>=2"]["sent_during_fault"] == 5
+    assert rows["acks=all,isr>=2"]["acknowledged_during_fault"] == 0
+    assert rows["acks=all,isr>=2"]["lost"] == 0
+    # Unclean election: everything the leader alone acknowledged is cut; clean: nothing.
+    assert rows["unclean"]["lost_values"] == [f"during-{index}" for index in range(5)]
+    assert rows["clean"]["acknowledged_during_fault"] == 5
+    assert rows["clean"]["lost"] == 0
+
+
+def _row(prediction_row: int, history: list[dict[str, Any]]) -> Row:
+    row = rows_to_run()[prediction_row]
+    row.history = history
+    row.sent_during_fault = row.acknowledged_during_fault = 1
+    return row
+
+
+def _history(topic: str, acknowledged: list[str], read: list[str]) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for offset, value in enumerate(acknowledged):
+        events.append({"time": 1.0, "process": "producer", "type": "send", "topic": topic, "value": value})
+        events.append(
+            {"time": 1.0, "process": "producer", "type": "ack", "topic": topic, "value": value}
+            | {"partition": 0, "offset": offset}
+        )
+    records = [[0, offset, value] for offset, value in enumerate(read)]
+    events.append(
+        {"time": 2.0, "process": "reader", "type": "read", "topic": topic, "isolation": "read_committed"}
+        | {"records": records, "ends": [[0, len(read)]]}
+    )
+    return events
+
+
+def test_an_acknowledged_value_missing_from_the_read_back_is_a_loss_and_breaks_never_loses() -> None:
+    """Negative control: the checker must see a loss it is fed, and the verdict must follow."""
+    row = _row(1, _history("acks-all", ["before-0", "during-0"], ["before-0"]))
+    assert row.prediction == NEVER_LOSES
+    judged = row.to_json()
+    assert (judged["lost"], judged["lost_values"], judged["verdict"]) == (1, ["during-0"], DISAGREES)
+    assert problems([judged]) == [
+        "broker table, acks=all,isr>=2: lost 1 acknowledged, predicted to lose none"
+    ]
+
+    kept = _row(1, _history("acks-all", ["before-0", "during-0"], ["before-0", "during-0"])).to_json()
+    assert (kept["lost"], kept["verdict"], problems([kept])) == (0, "agrees", [])
+
+
+def test_a_row_whose_fault_acknowledged_nothing_is_not_tested_and_fails_the_run() -> None:
+    row = _row(0, _history("acks-1", ["before-0"], ["before-0"]))
+    row.acknowledged_during_fault = 0  # written during the lag, but none of it acknowledged
+    judged = row.to_json()
+    assert judged["verdict"] == NOT_TESTED
+    assert problems([judged]) == [
+        "broker table, acks=1: not tested (nothing was acknowledged during the fault)"
+    ]
