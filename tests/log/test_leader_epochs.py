@@ -126,6 +126,25 @@ def test_truncating_to_the_log_start_empties_the_log(tmp_path: Path) -> None:
     log.close()
 
 
+def test_a_follower_behind_its_leaders_log_start_starts_again_there(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=300)
+    for _ in range(4):
+        replicate(log, stamped(2, 1, sequence=0))  # 0-7, one idempotent producer
+    log.truncate_fully_and_start_at(20)
+    assert (log.log_start_offset, log.log_end_offset, log.flushed_offset) == (20, 20, 20)
+    assert (read_all(log), log.leader_epochs, log.segment_count) == ([], cache(), 1)
+    # The producer state went with the data: its sequence 0 is new again.
+    assert replicate(log, stamped(2, 3, sequence=0)).base_offset == 20
+    assert log.flush() == 22
+    log.close()
+
+    reopened = open_log(tmp_path, recovery_point=22, segment_bytes=300)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (20, 22)
+    assert reopened.leader_epochs == cache((3, 20))
+    assert [header.last_offset for header in read_all(reopened)] == [21]
+    reopened.close()
+
+
 def test_a_producer_snapshot_captured_before_a_truncation_is_not_written(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     append(log, stamped(2, 1, sequence=0))

@@ -122,7 +122,18 @@ class ReplicaFetcher:
             answer = await self._fetch(reader, writer, offset)
             if answer.error_code != ErrorCode.none:
                 if answer.error_code == ErrorCode.offset_out_of_range:
-                    raise Diverged(f"the leader has no offset {offset}")
+                    leader_start = int(answer.log_start_offset)
+                    if leader_start <= offset:
+                        raise Diverged(f"the leader has no offset {offset}")
+                    log.warning(
+                        "%s-%d: the leader's log starts at %d, past ours at %d: starting again there",
+                        self.topic,
+                        self.partition,
+                        leader_start,
+                        offset,
+                    )
+                    self.log.truncate_fully_and_start_at(leader_start)
+                    continue
                 await asyncio.sleep(RETRY_AFTER_S)
                 continue
             records = bytes(answer.records or b"")

@@ -21,9 +21,14 @@ from onceflow.log.batch import STORED_PREFIX_SIZE, BatchHeader, decode_records, 
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogReadError
 from onceflow.log.files import fsync_directory, write_atomically
-from onceflow.log.leader_epochs import LeaderEpochCheckpoint
+from onceflow.log.leader_epochs import LeaderEpochCache, LeaderEpochCheckpoint
 from onceflow.log.loader import load_log
-from onceflow.log.producer_state import CompletedTransaction, ProducerStateManager, write_snapshot
+from onceflow.log.producer_state import (
+    CompletedTransaction,
+    ProducerStateManager,
+    list_snapshots,
+    write_snapshot,
+)
 from onceflow.log.segment import MAX_RELATIVE_OFFSET, NOTHING_FETCHED, FetchedBatches, LogSegment
 from onceflow.log.transaction_index import AbortedTransaction, aborted_entry
 
@@ -236,6 +241,30 @@ class PartitionLog:
         for segment in self._segments[first:]:
             for header in segment.batches_from(replay_from):
                 self.producer_state.update(header, header.base_offset, now_ms)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log and start it empty at `offset` (above its end): a follower whose
+        leader's log now starts past it (DeleteRecords or retention there), as Kafka's
+        `truncateFullyAndStartAt`. The new start is durable before anything is deleted."""
+        if offset <= self.log_end_offset:
+            raise ValueError(f"cannot start at {offset}, not past the log end {self.log_end_offset}")
+        write_atomically(self.directory / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
+        doomed, self._segments = self._segments, [LogSegment.create(self.directory, offset)]
+        for segment in doomed:
+            segment.delete_files()
+            self._close_when_unused(segment)
+        fsync_directory(self.directory)
+        with self._lock:
+            self._truncations += 1
+            self.log_start_offset = self.log_end_offset = self.flushed_offset = offset
+        self.leader_epochs = LeaderEpochCache()
+        self._epoch_checkpoint.write(self.leader_epochs)
+        self._aborted = []
+        self.first_dirty_offset = offset
+        self.producer_state = ProducerStateManager()
+        for snapshot in list_snapshots(self.directory):
+            snapshot.unlink()
+        self._last_snapshot_offset = offset
 
     def _check_keys(self, records: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
         """A compacted topic keeps the last record per key, so every record needs one (Kafka's
