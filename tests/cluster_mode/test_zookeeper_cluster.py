@@ -455,3 +455,46 @@ def test_a_deleted_topic_leaves_every_broker_and_a_new_one_of_its_name_starts_em
     message = consumer.poll(20)
     consumer.close()
     assert message is not None and message.error() is None and message.value() == b"new"
+
+
+def test_a_transaction_cannot_take_a_partition_its_coordinator_only_follows(shared_cluster: Cluster) -> None:
+    """The coordinator (the lowest broker id) writes markers only where it leads: a marker in a
+    follower's replica would make it diverge from its leader."""
+    cluster = shared_cluster
+    coordinator = min(BROKER_IDS)
+    with WireClient(cluster.brokers[coordinator].bootstrap_servers) as client:
+        for name, replicas in [("led-here", [coordinator, 2, 3]), ("followed-here", [2, coordinator, 3])]:
+            created = client.request(
+                19,
+                7,
+                topics=[
+                    {
+                        "name": name,
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "assignments": [{"partition_index": 0, "broker_ids": replicas}],
+                        "configs": [],
+                    }
+                ],
+                timeout=20_000,
+                validate_only=False,
+            )
+            assert created.topics[0].error_code == ErrorCode.none
+        started = client.init_producer_id("cross-broker")
+        assert started.error_code == ErrorCode.none
+
+        def add(topic: str) -> ErrorCode:
+            response = client.request(
+                24,
+                3,
+                v3_and_below_transactional_id="cross-broker",
+                v3_and_below_producer_id=started.producer_id,
+                v3_and_below_producer_epoch=started.producer_epoch,
+                v3_and_below_topics=[{"name": topic, "partitions": [0]}],
+            )
+            return ErrorCode(
+                response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+            )
+
+        assert add("followed-here") == ErrorCode.unknown_topic_or_partition
+        assert add("led-here") == ErrorCode.none

@@ -108,7 +108,7 @@ class Broker:
         }
         self.transactions = TransactionCoordinator(
             PartitionCoordinatorLog.open(self.logs, TRANSACTION_LOG, txn_log_config),
-            BrokerTransactionPartitions(self.logs, self.groups),
+            BrokerTransactionPartitions(self.logs, self.groups, self.leader_elsewhere),
             self.producer_ids.allocate,
             config.get_int("transaction.max.timeout.ms"),
             config.get_int("transactional.id.expiration.ms"),

@@ -7,7 +7,7 @@ does the appending.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from onceflow.coordinator.group import GroupCoordinator
 from onceflow.coordinator.runtime import DurableLog
@@ -19,18 +19,24 @@ COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
 
 
 class BrokerTransactionPartitions:
-    def __init__(self, logs: LogManager, groups: GroupCoordinator) -> None:
+    def __init__(
+        self, logs: LogManager, groups: GroupCoordinator, led_elsewhere: Callable[[str, int], bool]
+    ) -> None:
+        """`led_elsewhere(topic, partition)`: in a cluster, whether another broker leads it. Such
+        a partition is not this coordinator's to write: a marker in a follower's replica would
+        make it diverge from its leader (transactions across brokers are not supported)."""
         self._logs = logs
         self._groups = groups
+        self._led_elsewhere = led_elsewhere
 
     def has_partition(self, partition: TopicPartition) -> bool:
-        return self._logs.get(*partition) is not None
+        return self._logs.get(*partition) is not None and not self._led_elsewhere(*partition)
 
     def write_marker(
         self, partition: TopicPartition, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
     ) -> DurableLog | None:
         partition_log = self._logs.get(*partition)
-        if partition_log is None:
+        if partition_log is None or self._led_elsewhere(*partition):
             return None
         marker = encode_control_batch(producer_id, producer_epoch, commit, COORDINATOR_EPOCH, now_ms)
         partition_log.append(marker, validate_batches(marker), now_ms)
