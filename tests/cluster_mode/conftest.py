@@ -68,6 +68,29 @@ class Cluster:
         return self.partition(next(iter(live)), topic, partition)
 
 
+def create_assigned_topic(
+    cluster: Cluster, name: str, replicas: list[int], configs: dict[str, str] | None = None
+) -> None:
+    """One partition on `replicas`, the first its preferred leader (CreateTopics assignments)."""
+    with WireClient(cluster.brokers[BROKER_IDS[-1]].bootstrap_servers) as client:
+        created = client.request(
+            19,
+            7,
+            topics=[
+                {
+                    "name": name,
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [{"partition_index": 0, "broker_ids": replicas}],
+                    "configs": [{"name": key, "value": value} for key, value in (configs or {}).items()],
+                }
+            ],
+            timeout=20_000,
+            validate_only=False,
+        )
+    assert created.topics[0].error_code == 0, created.topics[0].error_message
+
+
 def start_cluster(directory: Path, settings: dict[str, str] | None = None) -> Iterator[Cluster]:
     with ZooKeeperServer() as zookeeper:
         brokers = {}

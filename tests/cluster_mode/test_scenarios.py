@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.faults.broker_process import paused
 from onceflow.log.batch import decode_records, validate_batches
 from tests.cli.commands import onceflow
-from tests.cluster_mode.conftest import BROKER_IDS, Cluster, start_cluster
+from tests.cluster_mode.conftest import BROKER_IDS, Cluster, create_assigned_topic, start_cluster
 from tests.cluster_mode.test_zookeeper_cluster import create_topic
 from tests.conftest import wait_until
 from tests.wire import WireClient, make_batch, produce
@@ -165,24 +165,10 @@ def test_an_unclean_election_truncates_what_only_the_old_leader_had_and_a_clean_
     unclean election is allowed a stale follower leads, and the old leader cuts its extra records
     when it returns; where not, the partition waits offline for it and loses nothing."""
     cluster = quick_lag_cluster
-    with WireClient(cluster.brokers[3].bootstrap_servers) as client:
-        for name, unclean in [("risky", "true"), ("safe", "false")]:
-            created = client.request(
-                19,
-                7,
-                topics=[
-                    {
-                        "name": name,
-                        "num_partitions": -1,
-                        "replication_factor": -1,
-                        "assignments": [{"partition_index": 0, "broker_ids": [1, 2, 3]}],  # led by 1
-                        "configs": [{"name": "unclean.leader.election.enable", "value": unclean}],
-                    }
-                ],
-                timeout=20_000,
-                validate_only=False,
-            )
-            assert created.topics[0].error_code == ErrorCode.none
+    for name, unclean in [("risky", "true"), ("safe", "false")]:
+        create_assigned_topic(
+            cluster, name, [1, 2, 3], {"unclean.leader.election.enable": unclean}
+        )  # led by 1
     for topic in ("risky", "safe"):
         assert cluster.wait_for_leader(topic).leader_id == 1
         assert write(cluster, 1, topic, b"everywhere") == ErrorCode.none

@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from tests.cluster_mode.conftest import BROKER_IDS, Cluster
+from tests.cluster_mode.conftest import BROKER_IDS, Cluster, create_assigned_topic
 from tests.conftest import wait_until
 from tests.wire import WireClient, make_batch, produce
 
@@ -29,6 +29,15 @@ pytestmark = pytest.mark.zookeeper
 def create_topic(cluster: Cluster, name: str, partitions: int, factor: int, **configs: str) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     admin.create_topics([NewTopic(name, partitions, factor, config=configs)])[name].result(20)
+
+
+def first_value(cluster: Cluster, topic: str, partition: int) -> bytes | None:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"{topic}-reader"})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    message = consumer.poll(20)
+    consumer.close()
+    assert message is not None and message.error() is None, message
+    return message.value()
 
 
 def fetch_error(address: str, topic: str, partition: int) -> int:
@@ -413,11 +422,7 @@ def test_new_partitions_reach_every_broker_with_the_topics_replication_factor(
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
     producer.produce("growing", value=b"in-a-new-partition", partition=2)
     assert producer.flush(20) == 0
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "growing-reader"})
-    consumer.assign([TopicPartition("growing", 2, 0)])
-    message = consumer.poll(20)
-    consumer.close()
-    assert message is not None and message.error() is None and message.value() == b"in-a-new-partition"
+    assert first_value(cluster, "growing", 2) == b"in-a-new-partition"
 
 
 def test_a_deleted_topic_leaves_every_broker_and_a_new_one_of_its_name_starts_empty(
@@ -450,11 +455,7 @@ def test_a_deleted_topic_leaves_every_broker_and_a_new_one_of_its_name_starts_em
     cluster.wait_for_leader("doomed")
     producer.produce("doomed", value="new", partition=0)
     assert producer.flush(20) == 0
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "doomed-reader"})
-    consumer.assign([TopicPartition("doomed", 0, 0)])
-    message = consumer.poll(20)
-    consumer.close()
-    assert message is not None and message.error() is None and message.value() == b"new"
+    assert first_value(cluster, "doomed", 0) == b"new"
 
 
 def test_a_transaction_cannot_take_a_partition_its_coordinator_only_follows(shared_cluster: Cluster) -> None:
@@ -462,24 +463,9 @@ def test_a_transaction_cannot_take_a_partition_its_coordinator_only_follows(shar
     follower's replica would make it diverge from its leader."""
     cluster = shared_cluster
     coordinator = min(BROKER_IDS)
+    create_assigned_topic(cluster, "led-here", [coordinator, 2, 3])
+    create_assigned_topic(cluster, "followed-here", [2, coordinator, 3])
     with WireClient(cluster.brokers[coordinator].bootstrap_servers) as client:
-        for name, replicas in [("led-here", [coordinator, 2, 3]), ("followed-here", [2, coordinator, 3])]:
-            created = client.request(
-                19,
-                7,
-                topics=[
-                    {
-                        "name": name,
-                        "num_partitions": -1,
-                        "replication_factor": -1,
-                        "assignments": [{"partition_index": 0, "broker_ids": replicas}],
-                        "configs": [],
-                    }
-                ],
-                timeout=20_000,
-                validate_only=False,
-            )
-            assert created.topics[0].error_code == ErrorCode.none
         started = client.init_producer_id("cross-broker")
         assert started.error_code == ErrorCode.none
 
