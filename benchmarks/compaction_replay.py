@@ -22,13 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from onceflow.coordinator.group import (
-    CONSUMER_OFFSETS_CONFIG,
-    CONSUMER_OFFSETS_TOPIC,
-    GroupConfig,
-    GroupCoordinator,
-)
+from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFSETS_TOPIC, GroupCoordinator
 from onceflow.coordinator.group_metadata import OffsetAndMetadata, TopicPartition
+from onceflow.coordinator.group_requests import GroupConfig
 from onceflow.coordinator.runtime import PartitionCoordinatorLog
 from onceflow.log.cleaner import clean_log
 from onceflow.log.config import LogConfig

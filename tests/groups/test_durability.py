@@ -9,9 +9,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from onceflow.coordinator.group import GroupConfig, GroupCoordinator
+from onceflow.coordinator.group import GroupCoordinator
 from onceflow.coordinator.group_metadata import OffsetAndMetadata
 from onceflow.coordinator.group_metadata import TopicPartition as Partition
+from onceflow.coordinator.group_requests import GroupConfig
 from tests.conftest import BrokerProcess
 from tests.groups.helpers import begin_offsets_transaction, commit, describe, fetch, heartbeat, txn_commit
 from tests.memory_coordinator_log import MemoryLog

@@ -18,14 +18,7 @@ from hypothesis import event, given, settings, target
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from onceflow.coordinator.group import (
-    NEW_MEMBER_JOIN_TIMEOUT_MS,
-    GroupConfig,
-    GroupCoordinator,
-    JoinRequest,
-    MemberIdentity,
-    SyncRequest,
-)
+from onceflow.coordinator.group import NEW_MEMBER_JOIN_TIMEOUT_MS, GroupCoordinator
 from onceflow.coordinator.group_metadata import (
     JoinResult,
     OffsetAndMetadata,
@@ -33,6 +26,7 @@ from onceflow.coordinator.group_metadata import (
     SyncResult,
     TopicPartition,
 )
+from onceflow.coordinator.group_requests import GroupConfig, JoinRequest, MemberIdentity, SyncRequest
 from tests.memory_coordinator_log import MemoryLog
 
 GROUP = "g"

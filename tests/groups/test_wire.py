@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from onceflow import EmbeddedBroker
 from onceflow.broker.core import Broker
-from onceflow.coordinator.group import StagedOffset
 from onceflow.coordinator.group_metadata import OffsetAndMetadata, TopicPartition
+from onceflow.coordinator.group_requests import StagedOffset
 from tests.conftest import FAST_JOINS, wait_until
 from tests.groups.helpers import (
     begin_offsets_transaction,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from onceflow.coordinator.group import GroupConfig, GroupCoordinator, JoinRequest, SyncRequest
+from onceflow.coordinator.group import GroupCoordinator
 from onceflow.coordinator.group_metadata import (
     GroupState,
     JoinResult,
@@ -20,6 +20,7 @@ from onceflow.coordinator.group_metadata import (
     SyncResult,
     TopicPartition,
 )
+from onceflow.coordinator.group_requests import GroupConfig, JoinRequest, SyncRequest
 from onceflow.log.errors import LogAppendError
 from tests.memory_coordinator_log import DISK_FULL, MemoryLog
 

@@ -9,8 +9,8 @@ from typing import Any
 from onceflow.apis.common import Request
 from onceflow.apis.consumer_groups import milliseconds, resolver, when_durable
 from onceflow.broker.core import now_ms
-from onceflow.coordinator.group import JoinRequest
 from onceflow.coordinator.group_metadata import JoinResult, Protocol
+from onceflow.coordinator.group_requests import JoinRequest
 
 API_KEY = 11
 MIN_VERSION = 0

@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.apis.common import Request
 from onceflow.apis.consumer_groups import when_durable
 from onceflow.broker.core import now_ms
-from onceflow.coordinator.group import MemberIdentity
+from onceflow.coordinator.group_requests import MemberIdentity
 
 API_KEY = 13
 MIN_VERSION = 0

@@ -8,8 +8,8 @@ from typing import Any
 from onceflow.apis.common import Request
 from onceflow.apis.consumer_groups import resolver, when_durable
 from onceflow.broker.core import now_ms
-from onceflow.coordinator.group import SyncRequest
 from onceflow.coordinator.group_metadata import SyncResult
+from onceflow.coordinator.group_requests import SyncRequest
 
 API_KEY = 14
 MIN_VERSION = 0

@@ -27,12 +27,8 @@ from onceflow.broker.metrics import STAGE_HW_TO_FETCH_WAKEUP, Metrics, Prometheu
 from onceflow.broker.producer_ids import ProducerIdAllocator
 from onceflow.broker.replication import LeaderState, ReplicaFetcher
 from onceflow.cluster.view import ClusterView
-from onceflow.coordinator.group import (
-    CONSUMER_OFFSETS_CONFIG,
-    CONSUMER_OFFSETS_TOPIC,
-    GroupConfig,
-    GroupCoordinator,
-)
+from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFSETS_TOPIC, GroupCoordinator
+from onceflow.coordinator.group_requests import GroupConfig
 from onceflow.coordinator.runtime import DurableLog, PartitionCoordinatorLog
 from onceflow.coordinator.transaction import (
     TRANSACTION_LOG,
