@@ -17,56 +17,48 @@ MAX_VERSION = 6
 
 
 def handle(request: Request) -> Any:
-    if request.broker.cluster is not None:
-        return _delete_in_cluster(request)
-    logs = request.broker.logs
+    return _delete_all(request)
+
+
+async def _delete_all(request: Request) -> Any:
     responses = []
     for name, topic_id in _wanted(request):
-        refused = _refusal(name, topic_id)
-        if refused is not None:
-            responses.append(refused)
-            continue
-        assert name is not None
-        info = logs.topics.get(name)
-        try:
-            logs.delete_topic(name)
-        except LogError as error:
-            responses.append(_failed(name, topic_id, error.error_code, str(error)))
-            continue
-        responses.append(
-            {"name": name, "topic_id": info.topic_id if info else topic_id, "error_code": ErrorCode.none}
-        )
+        if name is None:
+            responses.append({"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id})
+        elif is_internal(name):
+            message = f"{name} is a coordinator's log and cannot be deleted"
+            responses.append(_failed(name, topic_id, ErrorCode.invalid_topic_exception, message))
+        elif request.broker.cluster is not None:
+            responses.append(await _delete_in_cluster(request, name, topic_id))
+        else:
+            responses.append(_delete(request, name, topic_id))
     return request.respond(throttle_time=0, responses=responses)
 
 
-async def _delete_in_cluster(request: Request) -> Any:
+def _delete(request: Request, name: str, topic_id: Any) -> dict[str, Any]:
+    logs = request.broker.logs
+    info = logs.topics.get(name)
+    try:
+        logs.delete_topic(name)
+    except LogError as error:
+        return _failed(name, topic_id, error.error_code, str(error))
+    return {"name": name, "topic_id": info.topic_id if info else topic_id, "error_code": ErrorCode.none}
+
+
+async def _delete_in_cluster(request: Request, name: str, topic_id: Any) -> dict[str, Any]:
     cluster = request.broker.cluster
     assert cluster is not None
-    timeout_s = request.body.timeout.total_seconds()
-    responses = []
-    for name, topic_id in _wanted(request):
-        refused = _refusal(name, topic_id)
-        if refused is not None:
-            responses.append(refused)
-            continue
-        assert name is not None
-        assignment = cluster.view.topics.get(name)
-        if assignment is None:
-            responses.append(
-                _failed(name, topic_id, ErrorCode.unknown_topic_or_partition, f"unknown topic '{name}'")
-            )
-            continue
-        try:
-            deleted = await cluster.delete_topic(name, timeout_s)
-        except ClusterError as error:
-            responses.append(_failed(name, topic_id, ErrorCode.unknown_server_error, str(error)))
-            continue
-        if not deleted:
-            message = "the topic is marked for deletion but not deleted yet"
-            responses.append(_failed(name, topic_id, ErrorCode.request_timed_out, message))
-            continue
-        responses.append({"name": name, "topic_id": assignment.topic_id, "error_code": ErrorCode.none})
-    return request.respond(throttle_time=0, responses=responses)
+    assignment = cluster.view.topics.get(name)
+    if assignment is None:
+        return _failed(name, topic_id, ErrorCode.unknown_topic_or_partition, f"unknown topic '{name}'")
+    try:
+        deleted = await cluster.delete_topic(name, request.body.timeout.total_seconds())
+    except ClusterError as error:
+        return _failed(name, topic_id, ErrorCode.unknown_server_error, str(error))
+    if not deleted:
+        message = "the topic is marked for deletion but not deleted yet"
+        return _failed(name, topic_id, ErrorCode.request_timed_out, message)
+    return {"name": name, "topic_id": assignment.topic_id, "error_code": ErrorCode.none}
 
 
 def _wanted(request: Request) -> list[tuple[str | None, Any]]:
@@ -77,15 +69,6 @@ def _wanted(request: Request) -> list[tuple[str | None, Any]]:
     return [
         (topic.name or topic_name(request, None, topic.topic_id, 6), topic.topic_id) for topic in body.topics
     ]
-
-
-def _refusal(name: str | None, topic_id: Any) -> dict[str, Any] | None:
-    if name is None:
-        return {"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id}
-    if is_internal(name):
-        message = f"{name} is a coordinator's log and cannot be deleted"
-        return _failed(name, topic_id, ErrorCode.invalid_topic_exception, message)
-    return None
 
 
 def _failed(name: str, topic_id: Any, code: ErrorCode, message: str) -> dict[str, Any]:

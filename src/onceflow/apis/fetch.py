@@ -44,25 +44,26 @@ def handle(request: Request) -> Any:
     max_wait_ms = body.max_wait.total_seconds() * 1000
     if size >= body.min_bytes or max_wait_ms <= 0:
         return _respond(request, responses)
-    ends = [log.log_end_offset for log in logs]
+    # A follower's wait starts from the logs' ends as read here: an append in the gap before
+    # the coroutine below runs ends it at once.
+    follower = _replica_id(body) >= 0 and request.broker.cluster is not None
+    ends = [log.log_end_offset for log in logs] if follower else None
     return _long_poll(request, logs, ends, time.monotonic() + max_wait_ms / 1000)
 
 
-async def _long_poll(request: Request, logs: list[PartitionLog], ends: list[int], deadline: float) -> Any:
+async def _long_poll(
+    request: Request, logs: list[PartitionLog], ends: list[int] | None, deadline: float
+) -> Any:
     """Wait for the partitions read (a flush of one of them wakes this fetch; an append, a
-    follower's), read again. `ends`: the logs' ends when they were read."""
-    follower = _replica_id(request.body) >= 0 and request.broker.cluster is not None
+    follower's, which passes the logs' `ends` as it read them), read again."""
+    follower = ends is not None
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        # An append between the read and this wait woke nobody: a follower must not sleep on
-        # it, or acks=all producers waiting for that copy stall for the whole long poll.
-        appended = any(log.log_end_offset != end for log, end in zip(logs, ends, strict=True))
-        if not (follower and appended):
-            await request.broker.wait_for_data(logs, remaining, follower)
+        await request.broker.wait_for_data(logs, remaining, ends)
         responses, size, logs = _read(request)
-        ends = [log.log_end_offset for log in logs]
+        ends = [log.log_end_offset for log in logs] if follower else None
         if size >= request.body.min_bytes:
             return _respond(request, responses)
     return _respond(request, _read(request)[0])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -526,12 +526,18 @@ class Broker:
         return await waiter
 
     async def wait_for_data(
-        self, logs: Iterable[DurableLog], timeout_s: float, follower: bool = False
+        self, logs: Sequence[DurableLog], timeout_s: float, appended_since: Sequence[int] | None = None
     ) -> None:
-        """Sleep until the high watermark of one of `logs` may have moved (for a follower: until
-        one of them is appended to) or the timeout passes."""
+        """Sleep until the high watermark of one of `logs` may have moved or the timeout passes.
+        A follower passes `appended_since`, the logs' ends when it read them: it wakes on any
+        append past those, also one already made (which woke nobody: acks=all producers would
+        wait on that copy for the whole long poll)."""
+        follower = appended_since is not None
+        if appended_since is not None and any(
+            partition.log_end_offset != end for partition, end in zip(logs, appended_since, strict=True)
+        ):
+            return
         waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        logs = tuple(logs)
         waiting = self._append_waiters if follower else self._fetch_waiters
         for partition in logs:
             waiting.setdefault(partition, set()).add(waiter)
