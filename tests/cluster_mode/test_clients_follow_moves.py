@@ -132,26 +132,31 @@ def test_producers_and_a_consumer_group_follow_a_leader_change(cluster: Cluster)
         return True
 
     try:
-        wait_until(lambda: consumed_some() and all(len(s.acknowledged) >= 3 for s in senders))
+        wait_until(lambda: consumed_some() and all(len(s.acknowledged) >= 3 for s in senders), timeout_s=60)
         cluster.brokers[before.leader_id].kill()
         acknowledged_at_kill = [len(sender.acknowledged) for sender in senders]
         after = cluster.wait_for_leader(TOPIC, not_on=before.leader_id)
         assert after.leader_epoch > before.leader_epoch
         # Each producer goes on with the same client object: more acknowledged after the move.
-        wait_until(
-            lambda: (
-                consumed_some()
-                and all(
-                    len(sender.acknowledged) >= count + 3
-                    for sender, count in zip(senders, acknowledged_at_kill, strict=True)
-                )
-            ),
-            timeout_s=30,
-        )
+        try:
+            wait_until(
+                lambda: (
+                    consumed_some()
+                    and all(
+                        len(sender.acknowledged) >= count + 3
+                        for sender, count in zip(senders, acknowledged_at_kill, strict=True)
+                    )
+                ),
+                timeout_s=60,  # generous for a loaded machine: passing runs take a few seconds
+            )
+        except TimeoutError:
+            progress = zip(senders, acknowledged_at_kill, strict=True)
+            stuck = [(s.name, at_kill, len(s.acknowledged), s.errors) for s, at_kill in progress]
+            raise AssertionError(f"(sender, acknowledged at the kill, now, errors): {stuck}") from None
     finally:
         for sender in senders:
             sender.finish()
     acknowledged = {value for sender in senders for value in sender.acknowledged}
     # The group reads every acknowledged record, the ones from after the move included.
-    wait_until(lambda: consumed_some() and acknowledged <= set(read), timeout_s=30)
+    wait_until(lambda: consumed_some() and acknowledged <= set(read), timeout_s=60)
     consumer.close()

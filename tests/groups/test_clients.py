@@ -296,8 +296,10 @@ def test_a_member_that_stops_heartbeating_loses_its_partitions(broker: EmbeddedB
         crashed_at = time.monotonic()
         crashing.wait(timeout=10)
         _until(lambda: ownership.held_by({"survivor"}, 4), survivor.poll)
-        # Its session (1 s) had to run out first; then the group rebalanced without it.
-        assert 0.8 < time.monotonic() - crashed_at < 10
+        # Its session (1 s) had to run out first, not the closed connection; then the group
+        # rebalanced without it. Its last heartbeat may have gone out well before the kill on a
+        # loaded machine, so the bound leaves half the session for that.
+        assert 0.5 < time.monotonic() - crashed_at < 10
         with WireClient(broker.bootstrap_servers) as client:
             assert [m.member_id for m in describe(client, "crash").members] == [survivor.consumer.memberid()]
     finally:
