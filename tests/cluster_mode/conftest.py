@@ -104,7 +104,12 @@ def start_cluster(directory: Path, settings: dict[str, str] | None = None) -> It
             with ThreadPoolExecutor(len(brokers)) as pool:
                 list(pool.map(BrokerProcess.start, brokers.values()))
             running = Cluster(zookeeper, brokers)
-            wait_until(lambda: len(running.metadata(BROKER_IDS[0]).brokers) == len(BROKER_IDS), timeout_s=60)
+            # Each broker's view follows ZooKeeper's a little later; until every broker knows
+            # every other, one may refuse an assignment that names a broker it has not seen.
+            wait_until(
+                lambda: all(len(running.metadata(i).brokers) == len(BROKER_IDS) for i in BROKER_IDS),
+                timeout_s=60,
+            )
             yield running
         finally:
             for broker in brokers.values():

@@ -270,9 +270,8 @@ class _Fuzzer:
                 continue
             port = writer.get_extra_info("sockname")[1]
             recent: deque[bytes] = deque(maxlen=FRAMES_KEPT_PER_CONNECTION)
-            self._remember(port, recent)
             try:
-                await self._exchange(rng, reader, writer, recent)
+                await self._exchange(rng, reader, writer, port, recent)
             finally:
                 writer.transport.abort()
 
@@ -281,6 +280,7 @@ class _Fuzzer:
         rng: random.Random,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        port: int,
         recent: deque[bytes],
     ) -> None:
         report = self.report
@@ -291,6 +291,9 @@ class _Fuzzer:
             for frame in frames:
                 recent.append(frame)
                 writer.write(_INT32.pack(len(frame)) + frame)
+            # Last used, last in line: a crash's suspects are the frames sent just before it,
+            # and a connection opened long ago may have sent one a moment ago.
+            self._remember(port, recent)
             report.requests_sent += len(frames)
             self.by_api[seed.api_key] += len(frames)
             self.by_mutation[mutation.__name__] += len(frames)

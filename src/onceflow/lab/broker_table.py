@@ -187,7 +187,7 @@ class Cluster:
             )
         with ThreadPoolExecutor(len(BROKER_IDS)) as pool:
             list(pool.map(BrokerProcess.start, self.brokers.values()))
-        wait_until(lambda: self.registered() == set(BROKER_IDS), WAIT_S, 0.1)
+        wait_until(lambda: self.known_to_all(BROKER_IDS), WAIT_S, 0.1)
         return self
 
     def stop(self) -> None:
@@ -206,11 +206,26 @@ class Cluster:
         admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
         return admin.list_topics(topic, timeout=5)
 
-    def registered(self) -> set[int]:
-        try:
-            return set(self.metadata().brokers)
-        except KafkaException:  # no broker answered yet: asked again
-            return set()
+    def views(self) -> list[set[int]] | None:
+        """The brokers each live broker knows of, None while one does not answer. A broker's
+        view follows ZooKeeper's a little later, and the one that takes a CreateTopics refuses
+        an assignment naming a broker it does not know yet."""
+        views = []
+        for broker_id in self.live():
+            admin = AdminClient({"bootstrap.servers": self.brokers[broker_id].address, **QUIET})
+            try:
+                views.append(set(admin.list_topics(timeout=5).brokers))
+            except KafkaException:
+                return None
+        return views
+
+    def known_to_all(self, broker_ids: Iterable[int]) -> bool:
+        views = self.views()
+        return views is not None and all(set(broker_ids) <= view for view in views)
+
+    def gone_from_all(self, broker_ids: Iterable[int]) -> bool:
+        views = self.views()
+        return views is not None and not any(set(broker_ids) & view for view in views)
 
     def partition(self, topic: str) -> Any:
         described = self.metadata(topic).topics[topic]
@@ -239,10 +254,10 @@ class Cluster:
 
     def restart(self, broker_ids: Sequence[int]) -> None:
         """On the same ports and data dirs, once ZooKeeper has ended their old sessions."""
-        wait_until(lambda: not set(broker_ids) & self.registered(), WAIT_S, 0.1)
+        wait_until(lambda: self.gone_from_all(broker_ids), WAIT_S, 0.1)
         for broker_id in broker_ids:
             self.brokers[broker_id].start()
-        wait_until(lambda: set(broker_ids) <= self.registered(), WAIT_S, 0.1)
+        wait_until(lambda: self.known_to_all(broker_ids), WAIT_S, 0.1)
 
 
 def run_broker_table(workdir: Path, log: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
