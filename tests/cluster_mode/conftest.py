@@ -72,6 +72,13 @@ def create_assigned_topic(
     cluster: Cluster, name: str, replicas: list[int], configs: dict[str, str] | None = None
 ) -> None:
     """One partition on `replicas`, the first its preferred leader (CreateTopics assignments)."""
+    create_topic_with_assignments(cluster, name, [replicas], configs)
+
+
+def create_topic_with_assignments(
+    cluster: Cluster, name: str, assignments: list[list[int]], configs: dict[str, str] | None = None
+) -> None:
+    """Partition i on `assignments[i]`, the first its preferred leader."""
     with WireClient(cluster.brokers[BROKER_IDS[-1]].bootstrap_servers) as client:
         created = client.request(
             19,
@@ -81,7 +88,10 @@ def create_assigned_topic(
                     "name": name,
                     "num_partitions": -1,
                     "replication_factor": -1,
-                    "assignments": [{"partition_index": 0, "broker_ids": replicas}],
+                    "assignments": [
+                        {"partition_index": index, "broker_ids": replicas}
+                        for index, replicas in enumerate(assignments)
+                    ],
                     "configs": [{"name": key, "value": value} for key, value in (configs or {}).items()],
                 }
             ],

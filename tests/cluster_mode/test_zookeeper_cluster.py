@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
 )
 from kio.schema.errors import ErrorCode
 
-from tests.cluster_mode.conftest import BROKER_IDS, Cluster, create_assigned_topic
+from tests.cluster_mode.conftest import BROKER_IDS, Cluster
 from tests.conftest import wait_until
 from tests.wire import WireClient, make_batch, produce
 
@@ -456,31 +456,3 @@ def test_a_deleted_topic_leaves_every_broker_and_a_new_one_of_its_name_starts_em
     producer.produce("doomed", value="new", partition=0)
     assert producer.flush(20) == 0
     assert first_value(cluster, "doomed", 0) == b"new"
-
-
-def test_a_transaction_cannot_take_a_partition_its_coordinator_only_follows(shared_cluster: Cluster) -> None:
-    """The coordinator (the lowest broker id) writes markers only where it leads: a marker in a
-    follower's replica would make it diverge from its leader."""
-    cluster = shared_cluster
-    coordinator = min(BROKER_IDS)
-    create_assigned_topic(cluster, "led-here", [coordinator, 2, 3])
-    create_assigned_topic(cluster, "followed-here", [2, coordinator, 3])
-    with WireClient(cluster.brokers[coordinator].bootstrap_servers) as client:
-        started = client.init_producer_id("cross-broker")
-        assert started.error_code == ErrorCode.none
-
-        def add(topic: str) -> ErrorCode:
-            response = client.request(
-                24,
-                3,
-                v3_and_below_transactional_id="cross-broker",
-                v3_and_below_producer_id=started.producer_id,
-                v3_and_below_producer_epoch=started.producer_epoch,
-                v3_and_below_topics=[{"name": topic, "partitions": [0]}],
-            )
-            return ErrorCode(
-                response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
-            )
-
-        assert add("followed-here") == ErrorCode.unknown_topic_or_partition
-        assert add("led-here") == ErrorCode.none

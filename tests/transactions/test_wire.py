@@ -102,3 +102,33 @@ def test_the_lso_holds_read_committed_back_until_the_marker(client: WireClient) 
     fetched = client.fetch({TOPIC: [0]}, isolation_level=1)
     aborted = fetched.responses[0].partitions[0].aborted_transactions
     assert [(entry.producer_id, entry.first_offset) for entry in aborted] == [(pid, 1)]
+
+
+def _markers(client: WireClient, topic: str, pid: int, epoch: int, commit: bool) -> ErrorCode:
+    response = client.request(
+        27,
+        1,
+        markers=[
+            {
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "transaction_result": commit,
+                "topics": [{"name": topic, "partition_indexes": [0]}],
+                "coordinator_epoch": 0,
+            }
+        ],
+    )
+    return ErrorCode(response.markers[0].topics[0].partitions[0].error_code)
+
+
+def test_write_txn_markers_ends_the_open_transaction_on_its_partitions(client: WireClient) -> None:
+    """What a coordinator in a cluster sends a partition's leader."""
+    pid = client.init_producer_id("marked").producer_id
+    assert _add_partitions(client, "marked", pid, 0) == ErrorCode.none
+    assert produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"pending")).base_offset == 0
+    assert client.list_offset(TOPIC, 0, isolation_level=1) == 0
+    assert _markers(client, TOPIC, pid, 0, commit=True) == ErrorCode.none
+    assert client.list_offset(TOPIC, 0, isolation_level=1) == 2  # past the COMMIT marker
+    # Not on a topic that does not exist, nor on a coordinator's own log.
+    for elsewhere in ("missing", "__transaction_state"):
+        assert _markers(client, elsewhere, pid, 0, commit=True) == ErrorCode.unknown_topic_or_partition

@@ -24,7 +24,8 @@ _ONGOING = "Ongoing"
 # Coordinator states in which the transaction is still open at the coordinator's end.
 _OPEN_STATES = {_ONGOING, "PrepareCommit", "PrepareAbort", "PrepareEpochFence"}
 _NO_MARKERS = (
-    "that needs WriteTxnMarkers, which onceflow does not support (Kafka's kafka-transactions.sh has it)"
+    "that needs KIP-664's abort with WriteTxnMarkers, which onceflow txn does not send "
+    "(kafka-transactions.sh does)"
 )
 
 _DESCRIPTION_COLUMNS = (

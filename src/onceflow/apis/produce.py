@@ -164,8 +164,10 @@ def _produce_partition(
         return _error(
             ErrorCode.invalid_record, "control batches are written by the transaction coordinator only"
         )
-    if batch.is_transactional:
-        # A zombie's late batch must not land in a later transaction of the same id.
+    if batch.is_transactional and broker.coordinates_transactions:
+        # A zombie's late batch must not land in a later transaction of the same id. A leader
+        # that is not the coordinator cannot ask, as Kafka's could not before KIP-890: there the
+        # partition's producer state refuses an epoch older than the latest it saw.
         code = broker.transactions.check_transactional_produce(
             batch.producer_id, batch.producer_epoch, (topic, partition)
         )

@@ -26,6 +26,7 @@ from onceflow.broker.markers import BrokerTransactionPartitions
 from onceflow.broker.metrics import STAGE_HW_TO_FETCH_WAKEUP, Metrics, PrometheusMetrics
 from onceflow.broker.producer_ids import ProducerIdAllocator
 from onceflow.broker.replication import LeaderState, ReplicaFetcher
+from onceflow.broker.txn_markers import ClusterMarkers
 from onceflow.cluster.view import ClusterView
 from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFSETS_TOPIC, GroupCoordinator
 from onceflow.coordinator.group_requests import GroupConfig
@@ -33,6 +34,7 @@ from onceflow.coordinator.runtime import DurableLog, PartitionCoordinatorLog
 from onceflow.coordinator.transaction import (
     TRANSACTION_LOG,
     TRANSACTION_LOG_CONFIG,
+    Awaited,
     TransactionCoordinator,
     TxnReply,
 )
@@ -104,7 +106,9 @@ class Broker:
         }
         self.transactions = TransactionCoordinator(
             PartitionCoordinatorLog.open(self.logs, TRANSACTION_LOG, txn_log_config),
-            BrokerTransactionPartitions(self.logs, self.groups, self.leader_elsewhere),
+            BrokerTransactionPartitions(
+                self.logs, self.groups, ClusterMarkers(self) if self.cluster is not None else None
+            ),
             self.producer_ids.allocate,
             config.get_int("transaction.max.timeout.ms"),
             config.get_int("transactional.id.expiration.ms"),
@@ -159,13 +163,18 @@ class Broker:
         if self.cluster is not None:
             self._tasks.append(asyncio.create_task(self._shrink_isrs(), name="isr-shrinker"))
         self._fire_group_timers()  # sessions of members replayed from the log
-        for transactional_id in self.transactions.pending_completions():
-            self.complete_transaction(transactional_id)  # prepared before a crash
+        if self.cluster is None:
+            self._complete_prepared()
 
     async def join_cluster(self) -> None:
         """In cluster mode, register with ZooKeeper (after `start`, which knows the endpoint)."""
         if self.cluster is not None:
             await self.cluster.join(self.endpoint.host, self.endpoint.port)
+            self._complete_prepared()  # its markers go to the leaders the view names
+
+    def _complete_prepared(self) -> None:
+        for transactional_id in self.transactions.pending_completions():
+            self.complete_transaction(transactional_id)  # prepared before a crash
 
     async def stop(self) -> None:
         # Leave the cluster first, so that the others elect new leaders at once.
@@ -222,11 +231,16 @@ class Broker:
                 exc_info=task.exception(),
             )
 
-    async def _until_durable(self, steps: Iterator[tuple[DurableLog, ...]]) -> None:
-        """Run a coordinator's steps, each once the logs the one before named are durable."""
-        for logs in steps:
+    async def _until_durable(self, steps: Iterator[tuple[Awaited, ...]]) -> None:
+        """Run a coordinator's steps, each once the logs the one before named are durable and
+        its markers on other brokers written."""
+        for step in steps:
+            logs = [awaited for awaited in step if not isinstance(awaited, Awaitable)]
+            markers = [awaited for awaited in step if isinstance(awaited, Awaitable)]
             self.appended(logs)
             await self.wait_durable(logs)
+            # Cancelled with this phase two (the broker stops), they stop too.
+            await asyncio.gather(*markers)
 
     async def _transaction_sweep(self) -> None:
         """Abort transactions past their timeout (fencing their producer), finish prepared ones
@@ -445,6 +459,11 @@ class Broker:
                     in_sync = tuple(replica for replica in isr if replica not in lagging)
                     log.warning("%s-%d: %s lag, ISR now %s", topic, partition, lagging, in_sync)
                     await self.cluster.change_isr(topic, partition, in_sync)
+
+    @property
+    def coordinates_transactions(self) -> bool:
+        """Whether this broker's transaction coordinator is the one clients find (FindCoordinator)."""
+        return self.cluster is None or self.cluster.view.coordinator_id == self.node_id
 
     def leader_elsewhere(self, topic: str, partition: int) -> bool:
         """In a cluster: the partition exists and another broker leads it, or none does."""

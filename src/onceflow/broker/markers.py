@@ -2,41 +2,40 @@
 the COMMIT and ABORT markers on them, and the group offsets the transaction staged.
 
 The transaction coordinator decides when each is written (phase two, `complete`); this only
-does the appending.
+does the writing: on one broker by appending, in a cluster by asking each partition's leader
+(`ClusterMarkers`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from onceflow.broker.txn_markers import COORDINATOR_EPOCH, ClusterMarkers
 from onceflow.coordinator.group import GroupCoordinator
 from onceflow.coordinator.runtime import DurableLog
-from onceflow.coordinator.transaction import TopicPartition
+from onceflow.coordinator.transaction import Awaited, TopicPartition
 from onceflow.log.batch import encode_control_batch, validate_batches
 from onceflow.log.manager import LogManager
 
-COORDINATOR_EPOCH = 0  # one broker: the coordinator never moves
-
 
 class BrokerTransactionPartitions:
-    def __init__(
-        self, logs: LogManager, groups: GroupCoordinator, led_elsewhere: Callable[[str, int], bool]
-    ) -> None:
-        """`led_elsewhere(topic, partition)`: in a cluster, whether another broker leads it. Such
-        a partition is not this coordinator's to write: a marker in a follower's replica would
-        make it diverge from its leader (transactions across brokers are not supported)."""
+    def __init__(self, logs: LogManager, groups: GroupCoordinator, cluster: ClusterMarkers | None) -> None:
         self._logs = logs
         self._groups = groups
-        self._led_elsewhere = led_elsewhere
+        self._cluster = cluster
 
     def has_partition(self, partition: TopicPartition) -> bool:
-        return self._logs.get(*partition) is not None and not self._led_elsewhere(*partition)
+        if self._cluster is not None:
+            return self._cluster.has_partition(partition)
+        return self._logs.get(*partition) is not None
 
     def write_marker(
         self, partition: TopicPartition, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
-    ) -> DurableLog | None:
+    ) -> Awaited | None:
+        if self._cluster is not None:
+            return self._cluster.write(partition, producer_id, producer_epoch, commit)
         partition_log = self._logs.get(*partition)
-        if partition_log is None or self._led_elsewhere(*partition):
+        if partition_log is None:
             return None
         marker = encode_control_batch(producer_id, producer_epoch, commit, COORDINATOR_EPOCH, now_ms)
         partition_log.append(marker, validate_batches(marker), now_ms)

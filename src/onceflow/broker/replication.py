@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,12 +22,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from onceflow.broker.inter_broker import exchange
 from onceflow.log.batch import BatchHeader, CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET, truncation_point
 from onceflow.log.log import PartitionLog
-from onceflow.protocol.build import build
-from onceflow.protocol.codec import decode_response, encode_request, request_type
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +37,6 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 1024 * 1024
 RETRY_AFTER_S = 0.2
-_INT32 = struct.Struct(">i")
 
 
 class Diverged(Exception):
@@ -262,18 +259,4 @@ class ReplicaFetcher:
         fields: dict[str, Any],
     ) -> Any:
         self._correlation_id += 1
-        body = build(request_type(api_key, version), fields)
-        header = build(
-            body.__header_schema__,
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=self._correlation_id,
-            client_id=f"onceflow-replica-{self.broker_id}",
-        )
-        writer.write(encode_request(header, body))
-        await writer.drain()
-        size = _INT32.unpack(await reader.readexactly(4))[0]
-        correlation_id, response = decode_response(api_key, version, await reader.readexactly(size))
-        if correlation_id != self._correlation_id:
-            raise ValueError(f"answer {correlation_id} to request {self._correlation_id}")
-        return response
+        return await exchange(reader, writer, self.broker_id, self._correlation_id, api_key, version, fields)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
@@ -50,6 +50,9 @@ MAX_EPOCH = 32766
 T = TypeVar("T")
 
 TopicPartition = tuple[str, int]
+# What phase two waits for before its next step: a log to be durable or, in a cluster, a marker
+# that a partition's leader is writing (an awaitable the broker made).
+Awaited = DurableLog | Awaitable[None]
 
 
 class TxnState(enum.Enum):
@@ -172,9 +175,9 @@ class TransactionPartitions(Protocol):
 
     def write_marker(
         self, partition: TopicPartition, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
-    ) -> DurableLog | None:
-        """Append a COMMIT or ABORT marker; the log to wait on, None when the partition is gone.
-        Raises LogError when the append fails."""
+    ) -> Awaited | None:
+        """Write a COMMIT or ABORT marker; what to wait on, None when the partition is gone.
+        Raises LogError when an append here fails."""
         ...
 
     def complete_offsets(self, producer_id: int, commit: bool, now_ms: int) -> Sequence[DurableLog]:
@@ -422,20 +425,20 @@ class TransactionCoordinator:
 
     # -- phase two ----------------------------------------------------------------------------
 
-    def complete(self, transactional_id: str, now_ms: int) -> Iterator[tuple[DurableLog, ...]]:
+    def complete(self, transactional_id: str, now_ms: int) -> Iterator[tuple[Awaited, ...]]:
         """Phase two of a prepared transaction, as steps: after each `yield` the caller resumes
-        once the logs yielded are durable. Prepare* durable, then a marker on every partition
-        and the group offsets settled, all durable, then Complete*, durable. A crash anywhere
-        leaves Prepare* in the log, and the restart finishes in the decided direction. Raises
-        LogError when an append fails: the transaction stays prepared, and a later call
-        starts over."""
+        once the logs yielded are durable and the markers yielded written. Prepare* durable,
+        then a marker on every partition and the group offsets settled, all durable, then
+        Complete*, durable. A crash anywhere leaves Prepare* in the log, and the restart
+        finishes in the decided direction. Raises LogError when an append fails: the
+        transaction stays prepared, and a later call starts over."""
         metadata = self.transactions[transactional_id]
         assert metadata.state.is_prepared, metadata.state
         commit = metadata.state == TxnState.PREPARE_COMMIT
         yield (self.log,)
         failpoints.reach("txn.after-prepare")
 
-        written: list[DurableLog] = []
+        written: list[Awaited] = []
         for partition in sorted(metadata.partitions):
             marked = self._partitions.write_marker(
                 partition, metadata.producer_id, metadata.producer_epoch, commit, now_ms
