@@ -24,7 +24,7 @@ lint: setup
 
 # Two workers: the Spark tests in turn on one (tests/conftest.py), everything else on the other.
 test: lint
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --durations=25
 
 # Under two minutes: everything but the Spark, cluster, Chromium, PostgreSQL, ZooKeeper, soak and wheel lanes.
 QUICK := not (spark or cluster or chromium or postgres or zookeeper or soak or wheel)

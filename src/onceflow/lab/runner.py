@@ -514,7 +514,15 @@ class _Run:
             consumer.close()
 
     def _high_watermarks(self) -> dict[int, int]:
-        consumer = Consumer({"bootstrap.servers": self.direct_bootstrap, "group.id": self.group})
+        # librdkafka's consumers default to read_committed, whose "high" watermark is the LSO: with
+        # that, a hanging transaction would look drained while it still held the workers back.
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.direct_bootstrap,
+                "group.id": self.group,
+                "isolation.level": "read_uncommitted",
+            }
+        )
         try:
             return {
                 p: consumer.get_watermark_offsets(TopicPartition(self.input, p), timeout=10)[1]
