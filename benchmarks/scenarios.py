@@ -79,7 +79,7 @@ FULL = Sizes(
     transactional_produce_bytes=500 * MB,
     isolation_log_bytes=1000 * MB,
     rounds=3,
-    spark_records=300_000,
+    spark_records=1_000_000,
     spark_max_offsets_per_trigger=30_000,
     spark_rounds=2,
 )
