@@ -411,14 +411,16 @@ def test_new_partitions_reach_every_broker_with_the_topics_replication_factor(
     assert len(cluster.metadata(BROKER_IDS[0], "growing").topics[0].partitions) == 1
     assert grow(3) == 0
     assert grow(2) == KafkaError.INVALID_PARTITIONS
-    for broker_id in BROKER_IDS:
-        wait_until(
-            lambda broker_id=broker_id: len(cluster.metadata(broker_id, "growing").topics[0].partitions) == 3
-        )
+
+    def grown(broker_id: int) -> bool:
         partitions = cluster.metadata(broker_id, "growing").topics[0].partitions
-        assert all(
+        return len(partitions) == 3 and all(
             len(partition.replica_nodes) == 3 and partition.leader_id != -1 for partition in partitions
         )
+
+    # The answer came once the new leaders were elected; every broker's view follows a little later.
+    for broker_id in BROKER_IDS:
+        wait_until(lambda broker_id=broker_id: grown(broker_id))
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
     producer.produce("growing", value=b"in-a-new-partition", partition=2)
     assert producer.flush(20) == 0
