@@ -165,10 +165,8 @@ def test_an_unclean_election_truncates_what_only_the_old_leader_had_and_a_clean_
     unclean election is allowed a stale follower leads, and the old leader cuts its extra records
     when it returns; where not, the partition waits offline for it and loses nothing."""
     cluster = quick_lag_cluster
-    for name, unclean in [("risky", "true"), ("safe", "false")]:
-        create_assigned_topic(
-            cluster, name, [1, 2, 3], {"unclean.leader.election.enable": unclean}
-        )  # led by 1
+    for name, unclean in [("risky", "true"), ("safe", "false")]:  # both led by 1
+        create_assigned_topic(cluster, name, [1, 2, 3], {"unclean.leader.election.enable": unclean})
     for topic in ("risky", "safe"):
         assert cluster.wait_for_leader(topic).leader_id == 1
         assert write(cluster, 1, topic, b"everywhere") == ErrorCode.none

@@ -100,11 +100,6 @@ def leader_endpoints(
     ]
 
 
-def is_internal(topic: str) -> bool:
-    """The coordinators' own logs (`__consumer_offsets`, `__transaction_state`)."""
-    return topic.startswith("__")
-
-
 async def once_durable(request: Request, logs: Iterable[DurableLog], answer: Any) -> Any:
     """The answer, once everything written to `logs` so far is fsynced."""
     await request.broker.wait_durable(logs)

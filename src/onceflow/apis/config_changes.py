@@ -19,8 +19,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal
+from onceflow.apis.common import Request
 from onceflow.cluster.errors import ClusterError
+from onceflow.coordinator.runtime import is_internal
 from onceflow.log.errors import LogError
 
 TOPIC = 2

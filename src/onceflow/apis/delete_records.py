@@ -14,7 +14,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal
+from onceflow.apis.common import Request
+from onceflow.coordinator.runtime import is_internal
 
 API_KEY = 21
 MIN_VERSION = 0

@@ -7,8 +7,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal, topic_name
+from onceflow.apis.common import Request, topic_name
 from onceflow.cluster.errors import ClusterError
+from onceflow.coordinator.runtime import is_internal
 from onceflow.log.errors import LogError
 
 API_KEY = 20

@@ -20,7 +20,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import TOPIC_OPERATIONS, Request, is_internal
+from onceflow.apis.common import TOPIC_OPERATIONS, Request
+from onceflow.coordinator.runtime import is_internal
 from onceflow.log.errors import LogError
 from onceflow.log.manager import validate_topic_name
 

@@ -12,9 +12,9 @@ from onceflow.apis.common import (
     OPERATIONS_NOT_REQUESTED,
     TOPIC_OPERATIONS,
     Request,
-    is_internal,
 )
 from onceflow.cluster.controller import ReplicationFactorError, assign_replicas
+from onceflow.coordinator.runtime import is_internal
 from onceflow.log.errors import LogError
 from onceflow.log.manager import validate_topic_name
 

@@ -18,9 +18,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, is_internal, leader_endpoints, topic_name
+from onceflow.apis.common import Request, leader_endpoints, topic_name
 from onceflow.broker.core import now_ms
 from onceflow.broker.metrics import STAGE_DECODE_TO_APPEND, STAGE_FSYNC_WAIT
+from onceflow.coordinator.runtime import is_internal
 from onceflow.log.batch import CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.inter_broker import request_once
+from onceflow.coordinator.runtime import is_internal
 from onceflow.log.batch import encode_control_batch, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
@@ -56,7 +57,7 @@ async def write_as_leader(
         partition_log = broker.logs.get(topic, partition)
         if broker.leader_elsewhere(topic, partition):
             results[(topic, partition)] = ErrorCode.not_leader_or_follower
-        elif partition_log is None or topic.startswith("__"):
+        elif partition_log is None or is_internal(topic):
             # The coordinators' logs take no markers: the group coordinator settles offsets.
             results[(topic, partition)] = ErrorCode.unknown_topic_or_partition
         else:
@@ -112,14 +113,17 @@ class ClusterMarkers:
     ) -> None:
         cluster = self._broker.cluster
         assert cluster is not None
-        # Before this broker has joined (phase two resumed at a start) its view is empty: that
-        # says nothing of the partition yet.
-        while not cluster.view.brokers or self.has_partition(partition):
+        while True:
+            # Before this broker has joined (phase two resumed at a start) its view is empty,
+            # which says nothing of the partition yet.
+            joined = bool(cluster.view.brokers)
+            if joined and not self.has_partition(partition):
+                return  # deleted meanwhile: nothing left to mark
             code = ErrorCode.broker_not_available
-            if cluster.view.brokers:
+            if joined:
                 code = await self._ask_leader(partition, producer_id, producer_epoch, commit)
-                if code == ErrorCode.none:
-                    return
+            if code == ErrorCode.none:
+                return
             log.info("marker for producer %d on %s-%d: %s, retrying", producer_id, *partition, code.name)
             await asyncio.sleep(RETRY_AFTER_S)
 

@@ -30,6 +30,12 @@ _REPLAY_CHUNK_BYTES = 1 << 20
 KeyValue = tuple[bytes | None, bytes | None]
 StoredRecord = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
+
+def is_internal(topic: str) -> bool:
+    """The coordinators' own logs (`__consumer_offsets`, `__transaction_state`)."""
+    return topic.startswith("__")
+
+
 R = TypeVar("R")  # a coordinator's record type
 T = TypeVar("T")  # a reply
 
