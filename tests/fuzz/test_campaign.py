@@ -77,7 +77,8 @@ def test_an_internal_error_is_found_and_saved_with_its_api(
 ) -> None:
     # The planted bug: the DescribeConfigs handler raises.
     monkeypatch.setenv("ONCEFLOW_FAILPOINTS", "api.raise.32")
-    report = run(5, 5, 8, tmp_path / "work", regressions, recorded)
+    # Long enough that even a loaded machine sends a DescribeConfigs that decodes (5 s once did not).
+    report = run(10, 5, 8, tmp_path / "work", regressions, recorded)
     assert report.internal_errors >= 1
     found = [finding for finding in report.findings if finding.kind == "internal-error"]
     assert found and found[0].api_key == 32 and "failpoint api.raise.32" in found[0].detail
