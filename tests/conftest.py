@@ -24,7 +24,6 @@ from tests.postgres import PostgresServer
 SPARK_LANES = {
     "tests/demo/test_demo.py": "spark",
     "tests/pipeline/test_crash.py": "spark",
-    "tests/pipeline/test_booking_pairs.py": "spark",
     "tests/pipeline/test_standalone.py": "spark",
     "tests/spark/test_data_source.py": "spark",
     "tests/spark/test_kill_restart.py": "spark",

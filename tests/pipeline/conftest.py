@@ -15,11 +15,6 @@ from tests.spark_cluster import SPARK_ENV
 
 
 @pytest.fixture
-def db(database: str) -> str:
-    return database
-
-
-@pytest.fixture
 def pipeline(tmp_path: Path) -> Iterator[Callable[[PipelineSettings], PipelineProcess]]:
     """Makes pipeline processes, logging to tmp_path/pipeline.log; kills what still runs at the end."""
     made: list[PipelineProcess] = []
