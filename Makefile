@@ -22,9 +22,9 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# Two workers: the Spark tests in turn on one (tests/conftest.py), everything else on the other.
+# Three workers: the Spark tests in turn on one (tests/conftest.py), the other files on the others.
 test: lint
-	$(PY) -m pytest -q -n 2 --durations=25
+	$(PY) -m pytest -q -n 3 --durations=25
 
 # Under two minutes: everything but the Spark, cluster, Chromium, PostgreSQL, ZooKeeper, soak and wheel lanes.
 QUICK := not (spark or cluster or chromium or postgres or zookeeper or soak or wheel)

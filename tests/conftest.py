@@ -18,9 +18,11 @@ from onceflow import EmbeddedBroker
 from onceflow.faults.broker_process import wait_until as wait_until  # the tests import it from here
 from tests.postgres import PostgresServer
 
-# `make test` runs on two pytest-xdist workers. The Spark test files run in one lane, in turn on
-# one worker: Spark's Python workers must connect back within 10 s, which two Spark jobs side by
-# side on two cores sometimes miss. The other worker takes everything else.
+# `make test` runs on three pytest-xdist workers (most tests wait on clients, timers and fsyncs).
+# The Spark test files run in one lane, in turn on one worker: Spark's Python workers must connect
+# back within 10 s, which two Spark jobs side by side on two cores sometimes miss. The lane is the
+# suite's longest, so it starts first; the other workers take the other files, a file at a time,
+# so that a module's fixtures start once.
 SPARK_LANES = {
     "tests/demo/test_demo.py": "spark",
     "tests/pipeline/test_crash.py": "spark",
@@ -35,13 +37,16 @@ def spark_lane(nodeid: str) -> str | None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Scopes are the Spark lane, and each other test alone. (pytest-xdist's own `loadgroup`
-    does not group under pytest 9: it renames nodes, which pytest 9 ignores.)"""
+    """Scopes are the Spark lane, and each other test file, in the order collected, where the
+    Spark lane comes first (not xdist's default, the scopes with the most tests first).
+    (pytest-xdist's own `loadgroup` does not group under pytest 9: it renames nodes, which
+    pytest 9 ignores.)"""
 
     class SparkLaneScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return spark_lane(nodeid) or nodeid
+            return spark_lane(nodeid) or nodeid.split("::")[0]
 
+    config.option.loadscopereorder = False
     return SparkLaneScheduling(config, log)
 
 
@@ -49,6 +54,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if bool(item.get_closest_marker("spark")) != bool(spark_lane(item.nodeid)):
             raise pytest.UsageError(f"{item.nodeid}: Spark tests, and only they, belong in SPARK_LANES")
+    items.sort(key=lambda item: spark_lane(item.nodeid) is None)  # stable: the Spark lane first
 
 
 @pytest.fixture(scope="session")

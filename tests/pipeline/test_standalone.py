@@ -65,7 +65,7 @@ def test_pipeline_on_a_standalone_cluster_survives_executor_loss(
         str(tmp_path / "balances.db"),
         master=standalone_master,
         max_offsets=250,
-        until_idle_s=4,
+        until_idle_s=2,
     )
     running = pipeline(settings).start()
 

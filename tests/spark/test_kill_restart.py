@@ -1,4 +1,4 @@
-"""onceflow source -> flaky transform -> onceflow sink, with the driver SIGKILLed twice.
+"""onceflow source -> flaky transform -> onceflow sink, with the driver SIGKILLed.
 
 The output must hold every committed input exactly once, under failed task attempts
 (`local[2,4]`), speculative attempts, and restarts from the checkpoint. The at-least-once sink
@@ -71,14 +71,12 @@ def run_with_driver_kill(
     bootstrap = broker.bootstrap_servers
     committed = feed(bootstrap)
     job = stream_job(bootstrap, tmp_path, guarantee, master, *extra)
-    # First the worst moment: batch 0 is written but not in the checkpoint when the driver dies.
+    # The worst moment: batch 0 is written but not in the checkpoint when the driver dies. (A kill
+    # at an arbitrary moment, mid-stream, is the pipeline's crash test, tests/pipeline/test_crash.py.)
     job.start(env={"ONCEFLOW_FAILPOINTS": "spark.sink.commit"})
     assert job.wait_exit(180) == -signal.SIGKILL
-    # Then an arbitrary one, mid-stream.
-    job.start()
-    job.wait_for(lambda progress: len(progress) >= 3, 180, "three micro-batches")
-    job.kill()
 
+    # More input while the driver is down.
     second = [f"w{n}" for n in range(2000)]
     committed += produce_transactions(
         bootstrap, "input", second, 400, abort_every=3, transactional_id="feed-2"
