@@ -14,15 +14,12 @@ from pathlib import Path
 
 import pyspark
 
+from onceflow.pipeline.driver import driver_env
 from onceflow.sessions import kill_session
 
 SPARK_HOME = Path(pyspark.__file__).parent
-SPARK_ENV = {
-    # Spark binds and advertises 127.0.0.1 only.
-    "SPARK_LOCAL_IP": "127.0.0.1",
-    # Short runs on two busy cores: a JIT that compiles less starts the driver sooner.
-    "PYSPARK_SUBMIT_ARGS": "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell",
-}
+# Spark binds and advertises 127.0.0.1 only; drivers start as the pipeline's do.
+SPARK_ENV = driver_env()
 
 
 class Daemon:

@@ -40,6 +40,7 @@ from onceflow.lab import broker_metrics, broker_table, matrix
 from onceflow.lab.presets import PRESETS
 from onceflow.lab.report import NOT_TESTED, label, print_table, write_html, write_json
 from onceflow.lab.runner import Scenario, run_scenario
+from onceflow.pipeline.driver import driver_env
 from onceflow.pipeline.events import Workload, generate
 from onceflow.pipeline.process import Outputs, PipelineProcess, read_balances, read_outputs
 from onceflow.pipeline.settings import AT_LEAST_ONCE, EXACTLY_ONCE, PipelineSettings
@@ -59,11 +60,6 @@ SHORT_MATRIX = (
     ("E", "exactly-once"),
 )
 PIPELINE_TIMEOUT_S = 240.0
-SPARK_ENV = {
-    "SPARK_LOCAL_IP": "127.0.0.1",
-    # Short runs on two cores: a JIT that compiles less starts the driver sooner.
-    "PYSPARK_SUBMIT_ARGS": "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell",
-}
 
 
 @dataclass(frozen=True)
@@ -215,16 +211,17 @@ def _pipeline_stage(
             str(workdir / "balances.db"),
             guarantee=guarantee,
             max_offsets=size.max_offsets,
-            until_idle_s=4,
+            until_idle_s=2,
         )
         log_path = workdir / "pipeline.log"
         progress.update(task, description=f"spark pipeline, {guarantee}: running until the driver is killed")
         # The driver kills itself (SIGKILL to its whole session) when the first micro-batch is written.
-        first = PipelineProcess(settings, log_path, {**SPARK_ENV, "ONCEFLOW_FAILPOINTS": "spark.sink.commit"})
+        killing = {**driver_env(), "ONCEFLOW_FAILPOINTS": "spark.sink.commit"}
+        first = PipelineProcess(settings, log_path, killing)
         first.start().wait(PIPELINE_TIMEOUT_S)
         progress.advance(task)
         progress.update(task, description=f"spark pipeline, {guarantee}: restarted from its checkpoint")
-        exit_code = PipelineProcess(settings, log_path, SPARK_ENV).start().wait(PIPELINE_TIMEOUT_S)
+        exit_code = PipelineProcess(settings, log_path, driver_env()).start().wait(PIPELINE_TIMEOUT_S)
         if exit_code != 0:
             raise RuntimeError(f"the pipeline failed (exit {exit_code}); see {log_path}")
         progress.advance(task)

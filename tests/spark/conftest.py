@@ -10,11 +10,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 import onceflow.spark
+from onceflow.pipeline.driver import driver_env
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.update(driver_env())
     session = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
