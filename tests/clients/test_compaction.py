@@ -189,7 +189,8 @@ def test_a_sigkill_in_the_middle_of_a_clean_loses_nothing(tmp_path: Path, failpo
         assert process.process.wait(timeout=30) == -9  # killed at the failpoint by the cleaner
         directory = tmp_path / "data" / f"{TOPIC}-0"
         assert {".cleaned", ".swap"} & {path.suffix for path in directory.iterdir()}
-        process.env = {}
+        # Restarted with the cleaner off: a new clean would write `.cleaned` files of its own.
+        process.settings, process.env = {**CLEANER, "log.cleaner.enable": "false"}, {}
         process.start()
         # Start-up finished the swap (.swap) or threw the unfinished clean away (.cleaned).
         assert not {".cleaned", ".swap"} & {path.suffix for path in directory.iterdir()}
@@ -197,6 +198,10 @@ def test_a_sigkill_in_the_middle_of_a_clean_loses_nothing(tmp_path: Path, failpo
         rows = _read_confluent(process.bootstrap_servers)
         latest = {key: (offset, value) for offset, key, value in rows}
         assert sorted((offset, key, value) for key, (offset, value) in latest.items()) == expected
+        # And with the cleaner on again, the log ends up compacted.
+        process.terminate()
+        process.settings = CLEANER
+        process.start()
         _eventually(lambda: _read_confluent(process.bootstrap_servers), expected)
     finally:
         process.kill()

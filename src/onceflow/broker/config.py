@@ -40,6 +40,9 @@ DEFAULTS: dict[str, str] = {
     # Cluster mode (onceflow.cluster): empty means a single broker on its own.
     "zookeeper.connect": "",
     "zookeeper.session.timeout.ms": "18000",
+    # How long joining waits for ZooKeeper. Kafka uses the session timeout when this is unset; here
+    # it is set, so that a broker with a short session still waits for a slow ZooKeeper start.
+    "zookeeper.connection.timeout.ms": "18000",
     "default.replication.factor": "1",
     "unclean.leader.election.enable": "false",
     "replica.lag.time.max.ms": "30000",

@@ -79,6 +79,7 @@ class Broker:
                 config.get("zookeeper.connect"),
                 config.get_int("node.id"),
                 config.get_int("zookeeper.session.timeout.ms"),
+                config.get_int("zookeeper.connection.timeout.ms"),
                 config.get_bool("unclean.leader.election.enable"),
                 self._cluster_changed,
             )

@@ -85,6 +85,7 @@ BROKER_KEY_TYPES: dict[str, ConfigType] = {
     "transaction.state.log.segment.bytes": _INT,
     "zookeeper.connect": _STRING,
     "zookeeper.session.timeout.ms": _INT,
+    "zookeeper.connection.timeout.ms": _INT,
     "default.replication.factor": _INT,
     "unclean.leader.election.enable": _BOOLEAN,
     "replica.lag.time.max.ms": _LONG,

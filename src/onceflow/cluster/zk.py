@@ -71,6 +71,7 @@ class ZooKeeperCluster:
         connect: str,
         broker_id: int,
         session_timeout_ms: int,
+        connection_timeout_ms: int,
         unclean_leader_election: bool,
         on_view: Callable[[ClusterView], None],
     ) -> None:
@@ -78,9 +79,9 @@ class ZooKeeperCluster:
         self.connect = connect
         self.broker_id = broker_id
         self.view = ClusterView()
-        # Kafka's zookeeper.connection.timeout.ms defaults to the session timeout, too.
-        self._timeout_s = session_timeout_ms / 1000
-        self._client = KazooClient(hosts=connect, timeout=self._timeout_s)
+        # How long joining waits: for the connection, then for this broker's registration.
+        self._timeout_s = connection_timeout_ms / 1000
+        self._client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
         self._unclean_default = unclean_leader_election
         self._on_view = on_view
         self._registration: BrokerRegistration | None = None
