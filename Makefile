@@ -30,7 +30,7 @@ test: lint
 QUICK := not (spark or cluster or chromium or postgres or zookeeper or soak or wheel)
 
 test-quick: lint
-	$(PY) -m pytest -q -m "$(QUICK)"
+	$(PY) -m pytest -q -n 3 -m "$(QUICK)"
 
 bench: setup
 	$(PY) benchmarks/run.py
