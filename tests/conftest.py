@@ -38,7 +38,8 @@ def spark_lane(nodeid: str) -> str | None:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Scopes are the Spark lane, and each other test file, in the order collected, where the
-    Spark lane comes first (not xdist's default, the scopes with the most tests first).
+    Spark lane comes first and the long runs next (not xdist's default, the scopes with the most
+    tests first).
     (pytest-xdist's own `loadgroup` does not group under pytest 9: it renames nodes, which
     pytest 9 ignores.)"""
 
@@ -54,7 +55,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if bool(item.get_closest_marker("spark")) != bool(spark_lane(item.nodeid)):
             raise pytest.UsageError(f"{item.nodeid}: Spark tests, and only they, belong in SPARK_LANES")
-    items.sort(key=lambda item: spark_lane(item.nodeid) is None)  # stable: the Spark lane first
+    # Stable: the Spark lane, then the long runs (soak), then the rest, so no long file starts last.
+    items.sort(key=lambda item: (spark_lane(item.nodeid) is None, item.get_closest_marker("soak") is None))
 
 
 @pytest.fixture(scope="session")
