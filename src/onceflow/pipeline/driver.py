@@ -18,6 +18,7 @@ starts as usual.
 from __future__ import annotations
 
 import importlib.util
+import marshal
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ import time
 import warnings
 import zipfile
 from pathlib import Path
+from types import CodeType
 
 from onceflow.sessions import session_members
 
@@ -35,12 +37,17 @@ ARCHIVE_WRITE_TIMEOUT_S = 120.0
 
 def driver_env(archive: Path = CLASS_ARCHIVE) -> dict[str, str]:
     """The environment in which PySpark starts a short run's driver JVM."""
-    options = ["-XX:TieredStopAtLevel=1"]
     if archive.is_file():
-        options.append(f"-XX:SharedArchiveFile={archive}")
+        return _env_with_jvm_options(f"-XX:SharedArchiveFile={archive}")
+    return _env_with_jvm_options()
+
+
+def _env_with_jvm_options(*options: str) -> dict[str, str]:
+    # A JIT that compiles less starts a short run sooner.
+    java_options = " ".join(["-XX:TieredStopAtLevel=1", *options])
     return {
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_SUBMIT_ARGS": f"--driver-java-options '{' '.join(options)}' pyspark-shell",
+        "PYSPARK_SUBMIT_ARGS": f"--driver-java-options '{java_options}' pyspark-shell",
     }
 
 
@@ -64,11 +71,11 @@ def compile_pyspark_zip(zip_path: Path) -> bool:
     return True
 
 
-def _unchecked_pyc(code: object, source: bytes) -> bytes:
-    from importlib._bootstrap_external import _code_to_hash_pyc  # type: ignore[attr-defined]
-
-    pyc: bytes = _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False)
-    return pyc
+def _unchecked_pyc(code: CodeType, source: bytes) -> bytes:
+    """PEP 552's layout: magic, flags (bit 0: hash-based; bit 1 unset: source not checked), the
+    source's hash, then the code object."""
+    flags = (1).to_bytes(4, "little")
+    return importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code)
 
 
 def record_class_archive(archive: Path = CLASS_ARCHIVE) -> None:
@@ -76,12 +83,7 @@ def record_class_archive(archive: Path = CLASS_ARCHIVE) -> None:
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_suffix(".partial")
     partial.unlink(missing_ok=True)
-    options = f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={partial}"
-    env = {
-        **os.environ,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_SUBMIT_ARGS": f"--driver-java-options '{options}' pyspark-shell",
-    }
+    env = {**os.environ, **_env_with_jvm_options(f"-XX:ArchiveClassesAtExit={partial}")}
     job = subprocess.Popen(
         [sys.executable, "-m", "onceflow.pipeline.driver", "--short-job"],
         env=env,
@@ -95,7 +97,9 @@ def record_class_archive(archive: Path = CLASS_ARCHIVE) -> None:
         raise RuntimeError(f"the Spark job failed: {errors.strip()[-2000:]}")
     # The JVM, in the job's session, writes the archive as it exits, which may be after the job.
     deadline = time.monotonic() + ARCHIVE_WRITE_TIMEOUT_S
-    while session_members(job.pid) and time.monotonic() < deadline:
+    while session_members(job.pid):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the driver JVM still runs after {ARCHIVE_WRITE_TIMEOUT_S:g} s")
         time.sleep(0.2)
     if not partial.is_file():
         raise RuntimeError("the driver JVM wrote no class archive")
