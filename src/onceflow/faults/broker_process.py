@@ -64,15 +64,30 @@ class BrokerProcess:
 @contextmanager
 def paused(processes: Sequence[subprocess.Popen[str]]) -> Iterator[None]:
     """SIGSTOP, SIGCONT on leaving: a stopped broker fetches and answers nothing, but its ZooKeeper
-    session (and so its place in the ISR) lives on until the session timeout."""
+    session (and so its place in the ISR) lives on until the session timeout. Enters once every
+    process is stopped (all its threads), not only signalled."""
     for process in processes:
         process.send_signal(signal.SIGSTOP)
     try:
+        wait_until(lambda: all(_stopped(process.pid) for process in processes), 10.0, 0.005)
         yield
     finally:
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGCONT)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of the process is stopped by a signal ("T" in its stat) or gone."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):  # no threads listed: the process is gone
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        # The state follows the command name, which is in parentheses and may hold spaces.
+        states.append(stat[stat.rindex(")") + 2])
+    return all(state in "TZX" for state in states)
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.05) -> None:
