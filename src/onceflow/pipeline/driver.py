@@ -33,18 +33,24 @@ from onceflow.sessions import session_members
 CLASS_ARCHIVE = Path(sys.prefix) / "share" / "onceflow" / "spark-driver.jsa"
 # The driver JVM may still write the archive after its Python process ended.
 ARCHIVE_WRITE_TIMEOUT_S = 120.0
+SHORT_RUN = "-XX:TieredStopAtLevel=1"  # a JIT that compiles less: a short run starts sooner
 
 
 def driver_env(archive: Path = CLASS_ARCHIVE) -> dict[str, str]:
     """The environment in which PySpark starts a short run's driver JVM."""
+    return _env_with_jvm_options(jvm_options(archive))
+
+
+def jvm_options(archive: Path = CLASS_ARCHIVE) -> str:
+    """A short-lived Spark JVM's options, the driver's or a test cluster's: the class archive if
+    there is one (a JVM whose class path differs from the recording's maps none of it, and runs
+    as without)."""
     if archive.is_file():
-        return _env_with_jvm_options(f"-XX:SharedArchiveFile={archive}")
-    return _env_with_jvm_options()
+        return f"{SHORT_RUN} -XX:SharedArchiveFile={archive}"
+    return SHORT_RUN
 
 
-def _env_with_jvm_options(*options: str) -> dict[str, str]:
-    # A JIT that compiles less starts a short run sooner.
-    java_options = " ".join(["-XX:TieredStopAtLevel=1", *options])
+def _env_with_jvm_options(java_options: str) -> dict[str, str]:
     return {
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_SUBMIT_ARGS": f"--driver-java-options '{java_options}' pyspark-shell",
@@ -83,7 +89,7 @@ def record_class_archive(archive: Path = CLASS_ARCHIVE) -> None:
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_suffix(".partial")
     partial.unlink(missing_ok=True)
-    env = {**os.environ, **_env_with_jvm_options(f"-XX:ArchiveClassesAtExit={partial}")}
+    env = {**os.environ, **_env_with_jvm_options(f"{SHORT_RUN} -XX:ArchiveClassesAtExit={partial}")}
     job = subprocess.Popen(
         [sys.executable, "-m", "onceflow.pipeline.driver", "--short-job"],
         env=env,
