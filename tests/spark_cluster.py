@@ -15,7 +15,7 @@ from pathlib import Path
 import pyspark
 
 from onceflow.pipeline.driver import driver_env, jvm_options
-from onceflow.sessions import kill_session
+from onceflow.sessions import kill_session, stat_fields
 
 SPARK_HOME = Path(pyspark.__file__).parent
 # Spark binds and advertises 127.0.0.1 only; drivers start as the pipeline's do, and on a test
@@ -101,18 +101,19 @@ def standalone_cluster(
             daemon.stop()
 
 
-def _parent(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    # Fields after the command name, which is in parentheses and may hold spaces.
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
+def _parent(pid: int) -> int | None:
+    """The parent's pid, None when the process is gone."""
+    fields = stat_fields(Path(f"/proc/{pid}/stat"))
+    return None if fields is None else int(fields[1])
 
 
 def _descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            with contextlib.suppress(OSError):  # gone meanwhile
-                children.setdefault(_parent(int(entry.name)), []).append(int(entry.name))
+            parent = _parent(int(entry.name))
+            if parent is not None:  # not gone meanwhile
+                children.setdefault(parent, []).append(int(entry.name))
     found: list[int] = []
     todo = [pid]
     while todo:
@@ -127,8 +128,9 @@ def kill_executor_running(pid: int) -> int:
     Python workers, as a lost machine would; the executor JVM's pid."""
     executor = pid
     while b"CoarseGrainedExecutorBackend" not in Path(f"/proc/{executor}/cmdline").read_bytes():
-        executor = _parent(executor)
-        assert executor > 1, f"process {pid} runs under no Spark executor"
+        parent = _parent(executor)
+        assert parent is not None and parent > 1, f"process {pid} runs under no Spark executor"
+        executor = parent
     # Listed before the kill: a dead JVM's children move to another parent.
     for victim in [executor, *_descendants(executor)]:
         with contextlib.suppress(ProcessLookupError):

@@ -12,20 +12,25 @@ import time
 from pathlib import Path
 
 
+def stat_fields(stat_path: Path) -> list[str] | None:
+    """The fields of a /proc `stat` file after the command name (the state first, then the
+    parent, the process group, the session), or None when the process or thread is gone."""
+    try:
+        stat = stat_path.read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces.
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def session_members(session_id: int) -> list[int]:
     """Live processes of a session (a zombie is dead, only not reaped)."""
     members = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # Fields after the command name, which is in parentheses and may hold spaces.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[3]) == session_id and fields[0] != "Z":
-            members.append(int(entry.name))
+        if entry.name.isdigit():
+            fields = stat_fields(entry / "stat")
+            if fields is not None and int(fields[3]) == session_id and fields[0] != "Z":
+                members.append(int(entry.name))
     return members
 
 

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from onceflow.sessions import stat_fields
+
 
 class BrokerProcess:
     """`onceflow broker` as a subprocess, so that the lab can SIGKILL it and start it on the same port."""
@@ -79,15 +81,9 @@ def paused(processes: Sequence[subprocess.Popen[str]]) -> Iterator[None]:
 
 def _stopped(pid: int) -> bool:
     """Whether every thread of the process is stopped by a signal ("T" in its stat) or gone."""
-    states = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):  # no threads listed: the process is gone
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:
-            continue  # a thread that ended meanwhile
-        # The state follows the command name, which is in parentheses and may hold spaces.
-        states.append(stat[stat.rindex(")") + 2])
-    return all(state in "TZX" for state in states)
+    # No threads listed: the process is gone; a thread that ended meanwhile has no fields.
+    threads = [stat_fields(task / "stat") for task in Path(f"/proc/{pid}/task").glob("*")]
+    return all(fields[0] in "TZX" for fields in threads if fields is not None)
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.05) -> None:
