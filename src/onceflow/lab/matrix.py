@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from onceflow.lab import coverage
-from onceflow.lab.runner import Log, RunResult, Scenario, run_scenario
+from onceflow.lab.runner import Log, RunResult, Scenario, run_scenarios
 
 
 @dataclass(frozen=True)
@@ -82,14 +82,18 @@ def run_cells(
     produce_s: float = PRODUCE_S,
     log: Log = lambda _line: None,
 ) -> list[dict[str, Any]]:
-    """One judged run per (failure, guarantee) cell, in the order given."""
-    rows = []
-    for failure, guarantee in cells:
-        run_dir = workdir / f"{failure.key}-{guarantee}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        scenario = Scenario(guarantee, failure.faults, messages, seed, bootstrap, produce_s=produce_s)
-        rows.append(judge(failure, run_scenario(scenario, run_dir, log)))
-    return rows
+    """One judged run per (failure, guarantee) cell, side by side (`runner.run_scenarios`); the rows
+    in the order given."""
+    cells = list(cells)
+    runs = [
+        (
+            Scenario(guarantee, failure.faults, messages, seed, bootstrap, produce_s=produce_s),
+            workdir / f"{failure.key}-{guarantee}",
+        )
+        for failure, guarantee in cells
+    ]
+    results = run_scenarios(runs, log)
+    return [judge(failure, result) for (failure, _guarantee), result in zip(cells, results, strict=True)]
 
 
 def problems(rows: Iterable[Mapping[str, Any]]) -> list[str]:
