@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_PER_CONNECTION = 64
 READ_CHUNK_BYTES = 256 * 1024
+# A connection's read buffer (asyncio pauses the socket at twice this): with asyncio's 64 KiB, a
+# large Produce request paused and resumed it (an epoll change each) every 128 KiB it brought.
+# Bounded, as it is per connection while its replies are backed up.
+READ_BUFFER_BYTES = 1024 * 1024
 METRICS_REQUEST_TIMEOUT_S = 10
 
 # A reply on its way to the writer: correlation id, response (or a future of it), the stamps.
@@ -83,7 +87,9 @@ class BrokerServer:
             except OSError as error:
                 raise OSError(error.errno, f"metrics on {host}:{port}: {error.strerror or error}") from error
         try:
-            self._server = await asyncio.start_server(self._serve_connection, self._host, self._port)
+            self._server = await asyncio.start_server(
+                self._serve_connection, self._host, self._port, limit=READ_BUFFER_BYTES
+            )
         except BaseException:
             if self._metrics_server is not None:
                 self._metrics_server.close()
