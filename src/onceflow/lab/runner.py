@@ -135,8 +135,12 @@ def run_scenarios(runs: Sequence[tuple[Scenario, Path]], log: Log = lambda _line
     Runs share nothing (each has its proxy, its broker or its topics, and its seeded faults)."""
     for _scenario, run_dir in runs:
         run_dir.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=SIDE_BY_SIDE) as pool:
+    pool = ThreadPoolExecutor(max_workers=SIDE_BY_SIDE)
+    try:
         return list(pool.map(lambda run: run_scenario(run[0], run[1], log), runs))
+    finally:
+        # After a failed run or Ctrl-C, the runs not started never start; those running end first.
+        pool.shutdown(cancel_futures=True)
 
 
 def run_scenario(scenario: Scenario, run_dir: Path, log: Log = lambda _line: None) -> RunResult:
