@@ -126,8 +126,11 @@ def run_lab(
         for fault_set in fault_sets
         for guarantee in guarantees
     ]
-    run_dirs = [workdir / f"run-{index}-{scenario.guarantee}" for index, scenario in enumerate(scenarios)]
-    return run_scenarios(list(zip(scenarios, run_dirs, strict=True)), log)
+    runs = [
+        (scenario, workdir / f"run-{number}-{scenario.guarantee}")
+        for number, scenario in enumerate(scenarios)
+    ]
+    return run_scenarios(runs, log)
 
 
 def run_scenarios(runs: Sequence[tuple[Scenario, Path]], log: Log = lambda _line: None) -> list[RunResult]:

@@ -167,8 +167,9 @@ def reader_config(config: Mapping[str, Any]) -> dict[str, Any]:
         # librdkafka prefetches up to 100,000 records per partition (queued.min.messages), far past
         # a task's range, and a partition whose queue went over that waits fetch.queue.backoff.ms
         # (1 s) before its next fetch: a reused consumer assigned that partition again started
-        # its next range a second late. A batch's worth ahead, and a short backoff: the bench's
-        # exactly-once query 42.8k records/s against 28.0k (at-least-once 54.8k against 27.6k).
+        # its next range a second late. A batch's worth ahead, and a short backoff: one bench stream
+        # job (spark_job.py), exactly-once 42.8k records/s against 28.0k (at-least-once 54.8k
+        # against 27.6k).
         "queued.min.messages": ROWS_PER_ARROW_BATCH,
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
         **config,
