@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from onceflow.faults.broker_process import BrokerProcess
+from onceflow.faults.broker_process import BrokerProcess, wait_until
 from onceflow.faults.proxy import FaultPlan, FaultProxy
 from onceflow.lab import broker_metrics, coverage, faults, timeline
 from onceflow.lab.broker_metrics import BrokerMetrics
@@ -43,6 +43,7 @@ STALL_S = 12.0
 SIGNALED = ("kill-producer", "kill-consumer", "pause-consumer")
 SHOWN_CONTEXTS = 20  # anomalies whose surrounding operations the JSON carries
 ZOMBIE_WAIT_S = 10.0  # a zombie goes on at the latest this long after its successor started
+CLIENT_START_TIMEOUT_S = 60.0
 # Runs at once: a run mostly waits on its timed faults, so three take about as long as one.
 SIDE_BY_SIDE = 3
 
@@ -247,6 +248,10 @@ class _Run:
                 self._start(f"worker-{slot}")
             for slot in range(PRODUCERS):
                 self._start(f"producer-{slot}")
+            # The faults are timed from when every client is up, not from their spawn: on a busy
+            # machine an interpreter takes seconds to start, and lost acks timed from the spawn
+            # could be over before the first write.
+            wait_until(lambda: all(map(self._up, self.processes)), CLIENT_START_TIMEOUT_S)
             started = time.monotonic()
             while plan or len(self.finished) < PRODUCERS:
                 while plan and plan[0].at_s <= time.monotonic() - started:
@@ -415,8 +420,13 @@ class _Run:
         if event.action not in SIGNALED:
             return False
         name = f"{'producer' if event.action == 'kill-producer' else 'worker'}-{event.target}"
+        return name not in self.finished and not self._up(name)
+
+    def _up(self, name: str) -> bool:
+        """The client's current incarnation has created its history file (it takes signals from
+        then on), or has exited."""
         history = self.history_dir / f"{name}.{self.incarnations[name]}.jsonl"
-        return name not in self.finished and self.processes[name].poll() is None and not history.exists()
+        return self.processes[name].poll() is not None or history.exists()
 
     def _inject(self, event: faults.FaultEvent) -> list[threading.Thread]:
         action = event.action
