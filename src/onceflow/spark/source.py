@@ -20,6 +20,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from onceflow.spark.options import (
+    QUICK_START,
     Offsets,
     OptionError,
     Subscription,
@@ -172,6 +173,7 @@ def reader_config(config: Mapping[str, Any]) -> dict[str, Any]:
         # against 27.6k).
         "queued.min.messages": ROWS_PER_ARROW_BATCH,
         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+        **QUICK_START,
         **config,
         "group.id": config.get("group.id", f"onceflow-reader-{uuid.uuid4()}"),
         "isolation.level": "read_committed",
