@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from onceflow import EmbeddedBroker
 from onceflow.spark import source
-from onceflow.spark.sink import OutRecord, out_records
+from onceflow.spark.sink import produce_batches
 from onceflow.spark.source import OffsetRange, OnceflowStreamReader, read_range
 from tests.broker.test_metrics import scrape, value
 from tests.spark.helpers import produce_transactions
@@ -84,7 +85,9 @@ def test_a_python_worker_reads_range_after_range_with_one_consumer(broker: Embed
         source._idle_consumers.pop(key).close()
 
 
-def test_the_sink_reads_records_from_arrow_columns() -> None:
+def test_the_sink_produces_records_from_arrow_columns(broker: EmbeddedBroker) -> None:
+    bootstrap = broker.bootstrap_servers
+    create(bootstrap, ("t1", 4), ("default", 1))
     headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     full = pa.RecordBatch.from_arrays(
         [
@@ -97,8 +100,27 @@ def test_the_sink_reads_records_from_arrow_columns() -> None:
         names=["value", "key", "topic", "partition", "headers"],
     )
     only_values = pa.RecordBatch.from_arrays([pa.array([b"v"], pa.binary())], names=["value"])
-    assert list(out_records([full, only_values], "default")) == [
-        OutRecord("t1", b"1", b"a", [("h", b"x")], 3),
-        OutRecord("default", b"2", None, None, None),
-        OutRecord("default", None, b"v", None, None),
+    producer = Producer({"bootstrap.servers": bootstrap})
+    batches_done: list[int] = []
+    produced = produce_batches(producer, [full, only_values], "default", lambda: batches_done.append(1))
+    assert (produced, producer.flush(30), batches_done) == (3, 0, [1, 1])
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check"})
+    consumer.assign([TopicPartition("t1", 3, 0), TopicPartition("default", 0, 0)])
+    try:
+        received = []
+        deadline = time.monotonic() + 30
+        while len(received) < 3 and time.monotonic() < deadline:
+            received.extend(message for message in consumer.consume(3, 1.0) if message.error() is None)
+    finally:
+        consumer.close()
+    assert sorted(
+        (
+            (message.topic(), message.partition(), message.key(), message.value(), message.headers())
+            for message in received
+        ),
+        key=repr,
+    ) == [
+        ("default", 0, None, b"v", None),
+        ("default", 0, b"2", None, None),
+        ("t1", 3, b"1", b"a", [("h", b"x")]),
     ]
