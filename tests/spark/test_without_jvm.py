@@ -85,6 +85,46 @@ def test_a_python_worker_reads_range_after_range_with_one_consumer(broker: Embed
         source._idle_consumers.pop(key).close()
 
 
+def test_a_read_task_gives_every_column_of_a_record(broker: EmbeddedBroker) -> None:
+    bootstrap = broker.bootstrap_servers
+    create(bootstrap, ("in", 2))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce("in", b"plain", partition=1, timestamp=1_000)
+    producer.produce("in", b"v", b"k", partition=1, timestamp=1_234, headers=[("a", b"1"), ("b", None)])
+    assert producer.flush(30) == 0
+    batches = list(read_range({"bootstrap.servers": bootstrap}, OffsetRange("in", 1, 0, 2), 30))
+    try:
+        rows = [row for batch in batches for row in batch.to_pylist()]
+        for row in rows:
+            row["timestamp"] = row["timestamp"].timestamp()
+        assert rows == [
+            {
+                "key": None,
+                "value": b"plain",
+                "topic": "in",
+                "partition": 1,
+                "offset": 0,
+                "timestamp": 1.0,
+                "timestampType": 0,
+                "headers": [],
+            },
+            {
+                "key": b"k",
+                "value": b"v",
+                "topic": "in",
+                "partition": 1,
+                "offset": 1,
+                "timestamp": 1.234,
+                "timestampType": 0,
+                "headers": [{"key": "a", "value": b"1"}, {"key": "b", "value": None}],
+            },
+        ]
+    finally:
+        for consumer in source._idle_consumers.values():
+            consumer.close()
+        source._idle_consumers.clear()
+
+
 def test_the_sink_produces_records_from_arrow_columns(broker: EmbeddedBroker) -> None:
     bootstrap = broker.bootstrap_servers
     create(bootstrap, ("t1", 4), ("default", 1))

@@ -269,8 +269,15 @@ def write_at_least_once(settings: SinkSettings, batches: Iterator[pa.RecordBatch
     idle = _idle_producers.pop(key, None)
     if idle is None:
         delivery = DeliveryErrors()
-        config = {**PRODUCER_DEFAULTS, **settings.config, "on_delivery": delivery}
-        producer = Producer({**config, "enable.idempotence": True, "acks": "all"})
+        producer = Producer(
+            {
+                **PRODUCER_DEFAULTS,
+                **settings.config,
+                "on_delivery": delivery,
+                "enable.idempotence": True,
+                "acks": "all",
+            }
+        )
     else:
         producer, delivery = idle
     try:

@@ -255,8 +255,8 @@ def read_range(
 
 
 def to_arrow(messages: list[Message], topic: str, partition: int) -> pa.RecordBatch:
-    """The records as one Arrow batch, built a column at a time: a method call and a tuple per
-    record and column cost more than the conversion itself (2.3 us a record against 0.9)."""
+    """The records as one Arrow batch, built a column at a time (1.6-1.9 us a record, against
+    2.2-2.6 with a method call and a tuple per record and column)."""
     count = len(messages)
     stamps = [message.timestamp() for message in messages]
     columns = [
