@@ -14,6 +14,7 @@ v13 names topics by id (KIP-516).
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -65,20 +66,23 @@ def handle(request: Request) -> Any:
         request.broker.metrics.stage(STAGE_DECODE_TO_APPEND, appended_at - request.stamps.received)
     if acks == 0:
         return None
-    if acks == -1 and appended and request.broker.cluster is not None:
-        return _once_replicated(request, appended, responses, answered)
-    response = _respond(request, responses, answered)
     if acks == -1 and appended:
-        return _once_fsynced(request, appended, response, appended_at)
-    return response
+        # What this request appended, taken now: a wait that took the logs' ends later would
+        # also wait for every batch appended meanwhile, and under load keep chasing them.
+        durable = request.broker.wait_durable(appended)
+        if request.broker.cluster is not None:
+            targets = _replication_targets(request, responses)
+            return _once_replicated(request, durable, targets, responses, answered)
+        return _once_fsynced(request, durable, _respond(request, responses, answered), appended_at)
+    return _respond(request, responses, answered)
 
 
 async def _once_fsynced(
-    request: Request, appended: list[PartitionLog], response: Any, appended_at: float
+    request: Request, durable: Awaitable[float], response: Any, appended_at: float
 ) -> Any:
     """The answer once the appends are durable, with the fsync wait timed."""
-    durable = request.stamps.durable = await request.broker.wait_durable(appended)
-    request.broker.metrics.stage(STAGE_FSYNC_WAIT, durable - appended_at)
+    durable_at = request.stamps.durable = await durable
+    request.broker.metrics.stage(STAGE_FSYNC_WAIT, durable_at - appended_at)
     return response
 
 
@@ -90,9 +94,24 @@ def _respond(request: Request, responses: list[dict[str, Any]], answered: list[d
     )
 
 
+def _replication_targets(
+    request: Request, responses: list[dict[str, Any]]
+) -> list[tuple[str, int, PartitionLog, int]]:
+    """Each partition appended to, with its log end right after this request's append."""
+    logs = request.broker.logs
+    return [
+        (topic["name"], partition["index"], log, log.log_end_offset)
+        for topic in responses
+        for partition in topic["partition_responses"]
+        if partition["error_code"] == ErrorCode.none
+        and (log := logs.get(topic["name"], partition["index"])) is not None
+    ]
+
+
 async def _once_replicated(
     request: Request,
-    appended: list[PartitionLog],
+    durable: Awaitable[float],
+    targets: list[tuple[str, int, PartitionLog, int]],
     responses: list[dict[str, Any]],
     answered: list[dict[str, Any]],
 ) -> Any:
@@ -100,15 +119,7 @@ async def _once_replicated(
     appended batches; REQUEST_TIMED_OUT past the request's timeout, NOT_LEADER_OR_FOLLOWER if
     leadership moved meanwhile (the client retries either)."""
     broker = request.broker
-    await broker.wait_durable(appended)
-    ends = {id(log): log.log_end_offset for log in appended}
-    targets = [
-        (topic["name"], partition["index"], log, ends[id(log)])
-        for topic in responses
-        for partition in topic["partition_responses"]
-        if partition["error_code"] == ErrorCode.none
-        and (log := broker.logs.get(topic["name"], partition["index"])) is not None
-    ]
+    await durable
     replicated = await broker.wait_replicated(targets, request.body.timeout.total_seconds())
     for topic in responses:
         for partition in topic["partition_responses"]:

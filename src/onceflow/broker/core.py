@@ -532,18 +532,20 @@ class Broker:
         if self._append_waiters:
             _wake(self._append_waiters, logs, time.perf_counter())
 
-    async def wait_durable(self, logs: Iterable[DurableLog]) -> float:
-        """Return once everything appended so far to `logs` is fsynced: the perf_counter()
-        time at which it was."""
+    def wait_durable(self, logs: Iterable[DurableLog]) -> asyncio.Future[float]:
+        """Done once everything appended to `logs` up to this call is fsynced, with the
+        perf_counter() time at which it was. The ends are taken now, not when the caller gets
+        to await: appends made meanwhile are not waited for."""
         targets = [(partition, partition.log_end_offset) for partition in logs]
+        waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         unflushed = [partition for partition, end in targets if partition.flushed_offset < end]
         if not unflushed:
-            return time.perf_counter()
+            waiter.set_result(time.perf_counter())
+            return waiter
         self._dirty.update(unflushed)
-        waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._durability_waiters.append((targets, waiter))
         self._flush_requested.set()
-        return await waiter
+        return waiter
 
     async def wait_for_data(
         self, logs: Sequence[DurableLog], timeout_s: float, appended_since: Sequence[int] | None = None
