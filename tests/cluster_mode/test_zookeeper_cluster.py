@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -293,6 +294,51 @@ def test_idle_replica_fetchers_long_poll_instead_of_spinning(shared_cluster: Clu
     # Each follower asks once per 500 ms long poll: about 1% of a core (spinning took over 50%).
     busy = {broker_id: (after[broker_id] - before[broker_id]) / elapsed for broker_id in processes}
     assert all(share < 0.10 for share in busy.values()), busy
+
+
+def test_a_follower_fetches_all_it_follows_from_a_leader_over_one_connection(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
+    create_topic(cluster, "fanout", 12, 3)  # every broker follows four partitions from each other one
+    for partition_index in range(12):
+        cluster.wait_for_leader("fanout", partition_index)
+
+    def connections_to_leaders() -> dict[tuple[int, int], int]:
+        """(follower, leader): the follower's established TCP connections to the leader's port."""
+        established = _established_connections()
+        counts = {}
+        for follower_id, follower in cluster.brokers.items():
+            assert follower.process is not None
+            inodes = _socket_inodes(follower.process.pid)
+            for leader_id, leader in cluster.brokers.items():
+                if leader_id != follower_id:
+                    counts[follower_id, leader_id] = sum(
+                        1 for inode, port in established if port == leader.port and inode in inodes
+                    )
+        return counts
+
+    # Fetches for other topics share that connection too: one per leader, not one per partition.
+    wait_until(lambda: set(connections_to_leaders().values()) == {1})
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(int(target[len("socket:[") : -1]))
+    return inodes
+
+
+def _established_connections() -> list[tuple[int, int]]:
+    """(socket inode, remote port) of every established IPv4 TCP connection on this host."""
+    connections = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote_port, state, inode = int(fields[2].split(":")[1], 16), fields[3], int(fields[9])
+        if state == "01":
+            connections.append((inode, remote_port))
+    return connections
 
 
 def described_configs(address: str, topic: str) -> dict[str, str]:

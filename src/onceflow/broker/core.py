@@ -19,13 +19,13 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.markers import BrokerTransactionPartitions
 from onceflow.broker.metrics import STAGE_HW_TO_FETCH_WAKEUP, Metrics, PrometheusMetrics
 from onceflow.broker.producer_ids import ProducerIdAllocator
-from onceflow.broker.replication import LeaderState, ReplicaFetcher
+from onceflow.broker.replication import FollowedPartition, LeaderFetcher, LeaderState
 from onceflow.broker.txn_markers import ClusterMarkers
 from onceflow.cluster.view import ClusterView
 from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFSETS_TOPIC, GroupCoordinator
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FSYNC_THREADS = 4
+# What a replica fetcher follows: its leader's endpoint, and each partition's leader epoch.
+_Followed: TypeAlias = tuple[tuple[str, int], dict[tuple[str, int], int]]
 
 
 def now_ms() -> int:
@@ -138,11 +140,11 @@ class Broker:
         # Cleaning reads and writes whole segments: one thread of its own, as Kafka's cleaner.
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-cleaner")
         self._tasks: list[asyncio.Task[None]] = []
-        # Cluster mode: the partitions this broker leads, the ones it follows (with the leader and
-        # epoch followed), the high watermarks it knows, and acks=all produces waiting on them.
+        # Cluster mode: the partitions this broker leads, a fetcher per leader it follows (with
+        # what it follows there), the high watermarks it knows, and acks=all produces waiting.
         self._leading: dict[tuple[str, int], LeaderState] = {}
         self._cluster_topics: frozenset[str] = frozenset()  # in the last view
-        self._fetchers: dict[tuple[str, int], tuple[tuple[int, int], asyncio.Task[None]]] = {}
+        self._fetchers: dict[int, tuple[_Followed, asyncio.Task[None]]] = {}
         self._isr_expansions: dict[tuple[str, int], asyncio.Task[bool]] = {}  # under way
         self._high_watermarks: dict[tuple[str, int], int] = {}
         self._replication_waiters: set[asyncio.Future[None]] = set()
@@ -285,8 +287,11 @@ class Broker:
         self._wake_replication()
 
     def _delete_replicas(self, topic: str) -> None:
-        for key in [key for key in self._fetchers if key[0] == topic]:
-            self._fetchers.pop(key)[1].cancel()
+        # The fetchers that follow some of its partitions stop; `_take_roles`, next, starts them again.
+        for leader_id, ((_, epochs), fetcher) in list(self._fetchers.items()):
+            if any(key[0] == topic for key in epochs):
+                fetcher.cancel()
+                del self._fetchers[leader_id]
         for key in [key for key in self._leading if key[0] == topic]:
             del self._leading[key]
         for key in [key for key in self._high_watermarks if key[0] == topic]:
@@ -317,7 +322,8 @@ class Broker:
         its epoch at its log end (in the leader-epoch checkpoint), which is where followers
         that hold more cut their logs (`broker.replication`)."""
         leading: dict[tuple[str, int], LeaderState] = {}
-        following: dict[tuple[str, int], tuple[int, int]] = {}
+        following: dict[int, dict[tuple[str, int], int]] = {}  # leader -> partition -> its epoch
+        followed_logs: dict[tuple[str, int], PartitionLog] = {}
         for topic, assignment in view.topics.items():
             for partition, replicas in enumerate(assignment.replicas):
                 state = view.states.get((topic, partition))
@@ -332,30 +338,29 @@ class Broker:
                         if partition_log is not None:
                             partition_log.assign_leader_epoch(state.leader_epoch)
                     leading[key] = current
-                elif state.leader in view.brokers:
-                    following[key] = (state.leader, state.leader_epoch)
+                elif state.leader in view.brokers and (partition_log := self.logs.get(*key)) is not None:
+                    following.setdefault(state.leader, {})[key] = state.leader_epoch
+                    followed_logs[key] = partition_log
         self._leading = leading
-        for key, (followed, fetcher) in list(self._fetchers.items()):
-            if following.get(key) != followed:
-                fetcher.cancel()
-                del self._fetchers[key]
-        for key, followed in following.items():
-            partition_log = self.logs.get(*key)
-            if key in self._fetchers or partition_log is None:
+        wanted = {
+            leader_id: ((view.brokers[leader_id].host, view.brokers[leader_id].port), epochs)
+            for leader_id, epochs in following.items()
+        }
+        for leader_id, (followed, running) in list(self._fetchers.items()):
+            if wanted.get(leader_id) != followed:
+                running.cancel()
+                del self._fetchers[leader_id]
+        for leader_id, followed in wanted.items():
+            if leader_id in self._fetchers:
                 continue
-            leader_id, leader_epoch = followed
-            leader = view.brokers[leader_id]
-            replica_fetcher = ReplicaFetcher(
-                self.node_id,
-                *key,
-                partition_log,
-                (leader.host, leader.port),
-                leader_epoch,
-                self._high_watermarks.get(key, 0),
-                self._follower_appended,
-            )
-            task = asyncio.create_task(replica_fetcher.run(), name=f"fetch-{key}")
-            self._fetchers[key] = (followed, task)
+            leader, epochs = followed
+            partitions = [
+                FollowedPartition(*key, followed_logs[key], epoch, self._high_watermarks.get(key, 0))
+                for key, epoch in epochs.items()
+            ]
+            fetcher = LeaderFetcher(self.node_id, leader, partitions, self._follower_appended)
+            task = asyncio.create_task(fetcher.run(), name=f"fetch-from-{leader_id}")
+            self._fetchers[leader_id] = (followed, task)
 
     def _follower_appended(self, topic: str, partition: int, partition_log: PartitionLog, hw: int) -> None:
         self._high_watermarks[topic, partition] = hw

@@ -2,13 +2,14 @@
 
 A follower fetches from its leader with Fetch (replica_id = its broker id) and appends the
 batches exactly as the leader stored them, so both logs hold the same bytes at the same
-offsets. The leader learns each follower's log end offset from the offset it fetches at; the
-high watermark is the lowest log end in the ISR.
+offsets. One fetcher per leader broker fetches all the partitions followed there with one
+request, over one connection, as Kafka's fetcher threads do. The leader learns each follower's
+log end offset from the offset it fetches at; the high watermark is the lowest log end in the ISR.
 
-Before fetching from a new leader, the follower cuts any suffix the leader does not have
-(KIP-101/279): it asks the leader with OffsetForLeaderEpoch where its own latest leader epoch
-ends there, truncates to that point (`leader_epochs.truncation_point`), and asks again until
-the answer is an epoch both logs share.
+Before fetching a partition from a new leader, the follower cuts any suffix the leader does not
+have (KIP-101/279): it asks the leader with OffsetForLeaderEpoch where its own latest leader
+epoch ends there, truncates to that point (`leader_epochs.truncation_point`), and asks again
+until the answer is an epoch both logs share.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,15 +36,16 @@ FETCH_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH = 23
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 FETCH_MAX_WAIT_MS = 500
-FETCH_MAX_BYTES = 1024 * 1024
+PARTITION_MAX_BYTES = 1024 * 1024  # Kafka's replica.fetch.max.bytes
+RESPONSE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's replica.fetch.response.max.bytes
 # The connection's read buffer holds a whole answer: with asyncio's 64 KiB, reading one pauses
 # and resumes the socket (an epoll change each) every 128 KiB.
-READ_BUFFER_BYTES = 4 * FETCH_MAX_BYTES
+READ_BUFFER_BYTES = RESPONSE_MAX_BYTES
 RETRY_AFTER_S = 0.2
 
 
 class Diverged(Exception):
-    """The follower cannot line its log up with the leader's: it stops fetching."""
+    """The follower cannot line a partition's log up with the leader's: it stops fetching it."""
 
 
 @dataclass
@@ -69,132 +71,150 @@ class LeaderState:
         ]
 
 
-class ReplicaFetcher:
-    """Follows one partition's leader until cancelled, or until the logs cannot line up."""
+@dataclass
+class FollowedPartition:
+    """A partition a fetcher follows, and how far it got."""
+
+    topic: str
+    partition: int
+    log: PartitionLog
+    leader_epoch: int
+    high_watermark: int  # the last one this broker learned
+    truncated: bool = False  # until the log is cut to a prefix of the leader's
+    retry_at: float = 0.0  # after an error, left out of requests until this monotonic time
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+
+class LeaderFetcher:
+    """Follows every partition this broker copies from one leader until cancelled; a partition
+    whose log cannot line up with the leader's is dropped. The broker starts a new fetcher when
+    the partitions followed there, or their leader epochs, change."""
 
     def __init__(
         self,
         broker_id: int,
-        topic: str,
-        partition: int,
-        partition_log: PartitionLog,
         leader: tuple[str, int],
-        leader_epoch: int,
-        high_watermark: int,
+        partitions: Iterable[FollowedPartition],
         appended: Callable[[str, int, PartitionLog, int], None],
     ) -> None:
-        """`high_watermark` is the last one this broker learned; `appended(topic, partition,
-        log, high_watermark)` runs after every fetch that brought records or a new high watermark."""
+        """`appended(topic, partition, log, high_watermark)` runs after every fetch that brought
+        a partition records or a new high watermark."""
         self.broker_id = broker_id
-        self.topic = topic
-        self.partition = partition
-        self.log = partition_log
         self.leader = leader
-        self.leader_epoch = leader_epoch
-        self.high_watermark = min(high_watermark, partition_log.log_end_offset)
+        self.partitions = {followed.key: followed for followed in partitions}
+        for followed in self.partitions.values():
+            followed.high_watermark = min(followed.high_watermark, followed.log.log_end_offset)
         self._appended = appended
-        self._truncated = False  # until the log is cut to a prefix of the leader's
         self._correlation_id = 0
 
     async def run(self) -> None:
-        try:
-            while True:
-                try:
-                    reader, writer = await asyncio.open_connection(*self.leader, limit=READ_BUFFER_BYTES)
-                except OSError:
-                    await asyncio.sleep(RETRY_AFTER_S)
-                    continue
-                try:
-                    await self._follow(reader, writer)
-                except (OSError, asyncio.IncompleteReadError, ValueError) as error:
-                    log.info("fetching %s-%d from %s: %s", self.topic, self.partition, self.leader, error)
-                    await asyncio.sleep(RETRY_AFTER_S)
-                finally:
-                    writer.close()
-        except Diverged as diverged:
-            log.error("%s-%d stops following its leader: %s", self.topic, self.partition, diverged)
-
-    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while not self._truncated:
-            await self._truncate(reader, writer)
-        while True:
-            offset = self.log.log_end_offset
-            answer = await self._fetch(reader, writer, offset)
-            if answer.error_code != ErrorCode.none:
-                if answer.error_code == ErrorCode.offset_out_of_range:
-                    leader_start = int(answer.log_start_offset)
-                    if leader_start <= offset:
-                        raise Diverged(f"the leader has no offset {offset}")
-                    log.warning(
-                        "%s-%d: the leader's log starts at %d, past ours at %d: starting again there",
-                        self.topic,
-                        self.partition,
-                        leader_start,
-                        offset,
-                    )
-                    self.log.truncate_fully_and_start_at(leader_start)
-                    continue
+        while self.partitions:
+            try:
+                reader, writer = await asyncio.open_connection(*self.leader, limit=READ_BUFFER_BYTES)
+            except OSError:
                 await asyncio.sleep(RETRY_AFTER_S)
                 continue
-            records = bytes(answer.records or b"")
             try:
-                headers = validate_batches(records)
-            except CorruptRecordError as error:
-                raise ValueError(f"a corrupt batch from the leader: {error}") from error
-            position = 0
-            for header in headers:
-                self._append(header, records[position : position + header.size])
-                position += header.size
-            if answer.log_start_offset > self.log.log_start_offset:  # DeleteRecords on the leader
-                self.log.delete_records_before(answer.log_start_offset)
-            high_watermark = min(int(answer.high_watermark), self.log.log_end_offset)
-            if headers or high_watermark != self.high_watermark:  # an empty long poll changes nothing
-                self.high_watermark = high_watermark
-                self._appended(self.topic, self.partition, self.log, high_watermark)
+                await self._follow(reader, writer)
+            except (OSError, asyncio.IncompleteReadError, ValueError) as error:
+                log.info("fetching from %s: %s", self.leader, error)
+                await asyncio.sleep(RETRY_AFTER_S)
+            finally:
+                writer.close()
 
-    async def _truncate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One round of KIP-279: ask where our latest epoch ends on the leader, and cut there."""
-        epochs = self.log.leader_epochs
-        leader_epoch, leader_end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
-        if epochs.latest_epoch != UNDEFINED_EPOCH:
-            answer = await self._offset_for_leader_epoch(reader, writer, epochs.latest_epoch)
-            if answer.error_code != ErrorCode.none:
-                await asyncio.sleep(RETRY_AFTER_S)  # the leader has not taken its role yet
+    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while self.partitions:
+            now = time.monotonic()
+            ready = [followed for followed in self.partitions.values() if followed.retry_at <= now]
+            truncating = [followed for followed in ready if not followed.truncated]
+            if truncating:
+                await self._truncate(reader, writer, truncating)
+                continue
+            backing_off = [
+                followed.retry_at for followed in self.partitions.values() if followed.retry_at > now
+            ]
+            if not ready:
+                await asyncio.sleep(min(backing_off) - now)
+                continue
+            # A partition backing off after an error joins the next request in time.
+            wait_ms = min([FETCH_MAX_WAIT_MS, *(int((at - now) * 1000) + 1 for at in backing_off)])
+            answer = await self._fetch(reader, writer, ready, wait_ms)
+            for topic in answer.responses:
+                for fetched in topic.partitions:
+                    followed = self.partitions.get((topic.topic, fetched.partition_index))
+                    if followed is None:
+                        continue
+                    try:
+                        self._fetched(followed, fetched)
+                    except Diverged as diverged:
+                        log.error("%s-%d stops following its leader: %s", *followed.key, diverged)
+                        del self.partitions[followed.key]
+
+    def _fetched(self, followed: FollowedPartition, answer: Any) -> None:
+        partition_log = followed.log
+        if answer.error_code != ErrorCode.none:
+            if answer.error_code == ErrorCode.offset_out_of_range:
+                offset = partition_log.log_end_offset
+                leader_start = int(answer.log_start_offset)
+                if leader_start <= offset:
+                    raise Diverged(f"the leader has no offset {offset}")
+                log.warning(
+                    "%s-%d: the leader's log starts at %d, past ours at %d: starting again there",
+                    *followed.key,
+                    leader_start,
+                    offset,
+                )
+                partition_log.truncate_fully_and_start_at(leader_start)
                 return
-            leader_epoch, leader_end = answer.leader_epoch, int(answer.end_offset)
-        end = self.log.log_end_offset
-        point = truncation_point(epochs, end, self.high_watermark, leader_epoch, leader_end)
-        if point.offset < end:
-            log.warning(
-                "%s-%d: truncating to %d (was %d): the leader's epoch %d ends at %d",
-                self.topic,
-                self.partition,
-                point.offset,
-                end,
-                leader_epoch,
-                leader_end,
-            )
-            try:
-                self.log.truncate_to(point.offset, int(time.time() * 1000))
-            except ValueError as error:
-                raise Diverged(str(error)) from error
-            self.high_watermark = min(self.high_watermark, point.offset)
-        self._truncated = point.complete
-
-    def _append(self, header: BatchHeader, batch: bytes) -> None:
-        if header.base_offset != self.log.log_end_offset:
-            end = self.log.log_end_offset
-            raise Diverged(f"the leader's batch at {header.base_offset} is not at our end {end}")
+            followed.retry_at = time.monotonic() + RETRY_AFTER_S
+            return
+        records = bytes(answer.records or b"")
         try:
-            result = self.log.append(batch, [header], int(time.time() * 1000), replicated=True)
-        except LogError as error:
-            raise Diverged(f"appending the leader's batch failed: {error}") from error
-        if result.duplicate or result.base_offset != header.base_offset:
-            raise Diverged(f"the leader's batch at {header.base_offset} was not appended as it is")
+            headers = validate_batches(records)
+        except CorruptRecordError as error:
+            raise ValueError(f"a corrupt batch from the leader: {error}") from error
+        position = 0
+        for header in headers:
+            _append(partition_log, header, records[position : position + header.size])
+            position += header.size
+        if answer.log_start_offset > partition_log.log_start_offset:  # DeleteRecords on the leader
+            partition_log.delete_records_before(answer.log_start_offset)
+        high_watermark = min(int(answer.high_watermark), partition_log.log_end_offset)
+        if headers or high_watermark != followed.high_watermark:  # an empty long poll changes nothing
+            followed.high_watermark = high_watermark
+            self._appended(followed.topic, followed.partition, partition_log, high_watermark)
 
-    async def _offset_for_leader_epoch(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, epoch: int
-    ) -> Any:
+    async def _truncate(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, truncating: list[FollowedPartition]
+    ) -> None:
+        """One round of KIP-279 for each partition: ask where our latest epoch ends on the
+        leader, and cut there."""
+        asking = [
+            followed for followed in truncating if followed.log.leader_epochs.latest_epoch != UNDEFINED_EPOCH
+        ]
+        answers = await self._offsets_for_leader_epochs(reader, writer, asking) if asking else {}
+        for followed in truncating:
+            answer = answers.get(followed.key)
+            leader_epoch, leader_end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
+            if answer is not None:
+                if answer.error_code != ErrorCode.none:
+                    followed.retry_at = (
+                        time.monotonic() + RETRY_AFTER_S
+                    )  # the leader has not taken its role yet
+                    continue
+                leader_epoch, leader_end = answer.leader_epoch, int(answer.end_offset)
+            try:
+                _cut(followed, leader_epoch, leader_end)
+            except Diverged as diverged:
+                log.error("%s-%d stops following its leader: %s", *followed.key, diverged)
+                del self.partitions[followed.key]
+
+    async def _offsets_for_leader_epochs(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, asking: list[FollowedPartition]
+    ) -> dict[tuple[str, int], Any]:
         answer = await self._request(
             reader,
             writer,
@@ -202,56 +222,57 @@ class ReplicaFetcher:
             OFFSET_FOR_LEADER_EPOCH_VERSION,
             {
                 "replica_id": self.broker_id,
-                "topics": [
-                    {
-                        "topic": self.topic,
-                        "partitions": [
-                            {
-                                "partition": self.partition,
-                                "current_leader_epoch": self.leader_epoch,
-                                "leader_epoch": epoch,
-                            }
-                        ],
-                    }
-                ],
+                "topics": _by_topic(
+                    asking,
+                    lambda followed: {
+                        "partition": followed.partition,
+                        "current_leader_epoch": followed.leader_epoch,
+                        "leader_epoch": followed.log.leader_epochs.latest_epoch,
+                    },
+                ),
             },
         )
-        return answer.topics[0].partitions[0]
+        return {
+            (topic.topic, partition.partition): partition
+            for topic in answer.topics
+            for partition in topic.partitions
+        }
 
-    async def _fetch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, offset: int) -> Any:
-        answer = await self._request(
+    async def _fetch(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        fetching: list[FollowedPartition],
+        wait_ms: int,
+    ) -> Any:
+        return await self._request(
             reader,
             writer,
             FETCH,
             FETCH_VERSION,
             {
                 "replica_id": self.broker_id,
-                "max_wait": FETCH_MAX_WAIT_MS,
+                "max_wait": wait_ms,
                 "min_bytes": 1,
-                "max_bytes": FETCH_MAX_BYTES,
+                "max_bytes": RESPONSE_MAX_BYTES,
                 "isolation_level": 0,
                 "session_id": 0,
                 "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": self.topic,
-                        "partitions": [
-                            {
-                                "partition": self.partition,
-                                "current_leader_epoch": self.leader_epoch,
-                                "fetch_offset": offset,
-                                "last_fetched_epoch": -1,
-                                "log_start_offset": -1,
-                                "partition_max_bytes": FETCH_MAX_BYTES,
-                            }
-                        ],
-                    }
-                ],
+                "topics": _by_topic(
+                    fetching,
+                    lambda followed: {
+                        "partition": followed.partition,
+                        "current_leader_epoch": followed.leader_epoch,
+                        "fetch_offset": followed.log.log_end_offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": PARTITION_MAX_BYTES,
+                    },
+                ),
                 "forgotten_topics_data": [],
                 "rack_id": "",
             },
         )
-        return answer.responses[0].partitions[0]
 
     async def _request(
         self,
@@ -263,3 +284,49 @@ class ReplicaFetcher:
     ) -> Any:
         self._correlation_id += 1
         return await exchange(reader, writer, self.broker_id, self._correlation_id, api_key, version, fields)
+
+
+def _cut(followed: FollowedPartition, leader_epoch: int, leader_end: int) -> None:
+    """Cut the partition's log where the leader's answer says (`truncation_point`)."""
+    partition_log = followed.log
+    end = partition_log.log_end_offset
+    point = truncation_point(
+        partition_log.leader_epochs, end, followed.high_watermark, leader_epoch, leader_end
+    )
+    if point.offset < end:
+        log.warning(
+            "%s-%d: truncating to %d (was %d): the leader's epoch %d ends at %d",
+            *followed.key,
+            point.offset,
+            end,
+            leader_epoch,
+            leader_end,
+        )
+        try:
+            partition_log.truncate_to(point.offset, int(time.time() * 1000))
+        except ValueError as error:
+            raise Diverged(str(error)) from error
+        followed.high_watermark = min(followed.high_watermark, point.offset)
+    followed.truncated = point.complete
+
+
+def _append(partition_log: PartitionLog, header: BatchHeader, batch: bytes) -> None:
+    if header.base_offset != partition_log.log_end_offset:
+        end = partition_log.log_end_offset
+        raise Diverged(f"the leader's batch at {header.base_offset} is not at our end {end}")
+    try:
+        result = partition_log.append(batch, [header], int(time.time() * 1000), replicated=True)
+    except LogError as error:
+        raise Diverged(f"appending the leader's batch failed: {error}") from error
+    if result.duplicate or result.base_offset != header.base_offset:
+        raise Diverged(f"the leader's batch at {header.base_offset} was not appended as it is")
+
+
+def _by_topic(
+    partitions: list[FollowedPartition], entry: Callable[[FollowedPartition], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A request's topics (Fetch and OffsetForLeaderEpoch alike): each with its partitions' entries."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for followed in partitions:
+        topics.setdefault(followed.topic, []).append(entry(followed))
+    return [{"topic": topic, "partitions": entries} for topic, entries in topics.items()]
