@@ -16,56 +16,26 @@ from onceflow.log.log import PartitionLog
 from tests.log.helpers import open_log
 from tests.wire import WireClient, make_batch, produce
 
+TOPIC = "copied"
 ROUNDS = 3
 RECORDS_PER_BATCH = 5
+END = ROUNDS * RECORDS_PER_BATCH
 COPY_TIMEOUT_S = 10
 
 
 def test_one_fetcher_copies_every_partition_byte_for_byte_and_an_erring_one_waits_alone(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
-    with WireClient(broker.bootstrap_servers) as client:
-        assert client.create_topic("copied", 2) == ErrorCode.none
-        for round_number in range(ROUNDS):
-            for partition in (0, 1):
-                values = [
-                    f"{partition}-{round_number}-{index}".encode() for index in range(RECORDS_PER_BATCH)
-                ]
-                assert produce(client, "copied", partition, make_batch(values)).error_code == ErrorCode.none
-        on_leader = {
-            partition: bytes(client.fetch({"copied": [partition]}).responses[0].partitions[0].records)
-            for partition in (0, 1)
-        }
-    copies = [
-        FollowedPartition("copied", partition, open_log(tmp_path / f"copy-{partition}"), 0, 0)
-        for partition in (0, 1)
-    ]
-    # The leader has no partition 7: it answers UNKNOWN_TOPIC_OR_PARTITION for it in every fetch.
-    missing = FollowedPartition("copied", 7, open_log(tmp_path / "copy-7"), 0, 0)
+    on_leader = _fill(broker)
+    copies = [_copy(tmp_path, partition) for partition in (0, 1)]
+    missing = _copy(tmp_path, 7)  # the leader answers UNKNOWN_TOPIC_OR_PARTITION for it every time
     told: list[tuple[int, int]] = []
-    fetcher = LeaderFetcher(
-        9,
-        ("127.0.0.1", broker.port),
-        [*copies, missing],
-        lambda _topic, partition, _log, high_watermark: told.append((partition, high_watermark)),
-    )
-    end = ROUNDS * RECORDS_PER_BATCH
-
-    async def follow_until_copied() -> None:
-        following = asyncio.create_task(fetcher.run())
-        try:
-            while not all(copy.log.log_end_offset == end for copy in copies):
-                await asyncio.sleep(0.01)
-        finally:
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await following
-
+    fetcher = _fetcher(broker, [*copies, missing], told)
     try:
-        asyncio.run(asyncio.wait_for(follow_until_copied(), COPY_TIMEOUT_S))
+        _follow_until_copied(fetcher, copies)
         for copy in copies:
             assert _stored(copy.log) == on_leader[copy.partition]
-            assert (copy.partition, end) in told  # the broker hears of each new high watermark
+            assert (copy.partition, END) in told  # the broker hears of each new high watermark
         # The erring partition is still followed, backing off, and nothing was written to it.
         assert missing.key in fetcher.partitions
         assert missing.retry_at > 0
@@ -75,5 +45,65 @@ def test_one_fetcher_copies_every_partition_byte_for_byte_and_an_erring_one_wait
             followed.log.close()
 
 
+def test_partitions_take_turns_when_an_answer_holds_one_batch(tmp_path: Path) -> None:
+    # Each answer carries the first partition's next batch and nothing else (KIP-74: only the
+    # first may exceed the budget): the one that brought records goes to the end of the next request.
+    with EmbeddedBroker(tmp_path / "leader", config={"fetch.max.bytes": "1"}) as broker:
+        _fill(broker)
+        copies = [_copy(tmp_path, partition) for partition in (0, 1)]
+        told: list[tuple[int, int]] = []
+        try:
+            _follow_until_copied(_fetcher(broker, copies, told), copies)
+        finally:
+            for copy in copies:
+                copy.log.close()
+    assert [partition for partition, _ in told] == [0, 1] * ROUNDS
+
+
+def _fill(broker: EmbeddedBroker) -> dict[int, bytes]:
+    """Partitions 0 and 1 of a new topic, ROUNDS batches each: their stored bytes."""
+    with WireClient(broker.bootstrap_servers) as client:
+        assert client.create_topic(TOPIC, 2) == ErrorCode.none
+        for round_number in range(ROUNDS):
+            for partition in (0, 1):
+                values = [
+                    f"{partition}-{round_number}-{index}".encode() for index in range(RECORDS_PER_BATCH)
+                ]
+                assert produce(client, TOPIC, partition, make_batch(values)).error_code == ErrorCode.none
+        return {
+            partition: bytes(client.fetch({TOPIC: [partition]}).responses[0].partitions[0].records)
+            for partition in (0, 1)
+        }
+
+
+def _copy(tmp_path: Path, partition: int) -> FollowedPartition:
+    return FollowedPartition(TOPIC, partition, open_log(tmp_path / f"copy-{partition}"), 0, 0)
+
+
+def _fetcher(
+    broker: EmbeddedBroker, partitions: list[FollowedPartition], told: list[tuple[int, int]]
+) -> LeaderFetcher:
+    return LeaderFetcher(
+        9,
+        ("127.0.0.1", broker.port),
+        partitions,
+        lambda _topic, partition, _log, high_watermark: told.append((partition, high_watermark)),
+    )
+
+
+def _follow_until_copied(fetcher: LeaderFetcher, copies: list[FollowedPartition]) -> None:
+    async def follow() -> None:
+        following = asyncio.create_task(fetcher.run())
+        try:
+            while not all(copy.log.log_end_offset == END for copy in copies):
+                await asyncio.sleep(0.01)
+        finally:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+
+    asyncio.run(asyncio.wait_for(follow(), COPY_TIMEOUT_S))
+
+
 def _stored(partition_log: PartitionLog) -> bytes:
-    return partition_log.read_batches(0, 1 << 20).records
+    return bytes(partition_log.read_batches(0, 1 << 20).records)

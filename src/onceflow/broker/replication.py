@@ -142,18 +142,35 @@ class LeaderFetcher:
             # A partition backing off after an error joins the next request in time.
             wait_ms = min([FETCH_MAX_WAIT_MS, *(int((at - now) * 1000) + 1 for at in backing_off)])
             answer = await self._fetch(reader, writer, ready, wait_ms)
+            if answer.error_code != ErrorCode.none:
+                await asyncio.sleep(RETRY_AFTER_S)
+                continue
             for topic in answer.responses:
                 for fetched in topic.partitions:
                     followed = self.partitions.get((topic.topic, fetched.partition_index))
-                    if followed is None:
-                        continue
-                    try:
-                        self._fetched(followed, fetched)
-                    except Diverged as diverged:
-                        log.error("%s-%d stops following its leader: %s", *followed.key, diverged)
-                        del self.partitions[followed.key]
+                    if followed is not None:
+                        self._take(followed, fetched)
 
-    def _fetched(self, followed: FollowedPartition, answer: Any) -> None:
+    def _take(self, followed: FollowedPartition, fetched: Any) -> None:
+        """One partition's part of an answer; its failure is its own."""
+        key = followed.key
+        try:
+            copied = self._fetched(followed, fetched)
+        except Diverged as diverged:
+            log.error("%s-%d stops following its leader: %s", *key, diverged)
+            del self.partitions[key]
+            return
+        except (ValueError, OSError, LogError) as error:
+            log.warning("%s-%d: %s; fetching it again in %.1f s", *key, error, RETRY_AFTER_S)
+            followed.retry_at = time.monotonic() + RETRY_AFTER_S
+            return
+        if copied:
+            # To the end of the next request: the leader's byte budget for an answer goes to the
+            # partitions first in it, so the others would wait while these have a backlog.
+            self.partitions[key] = self.partitions.pop(key)
+
+    def _fetched(self, followed: FollowedPartition, answer: Any) -> bool:
+        """Apply one partition's answer: whether it brought records."""
         partition_log = followed.log
         if answer.error_code != ErrorCode.none:
             if answer.error_code == ErrorCode.offset_out_of_range:
@@ -168,9 +185,12 @@ class LeaderFetcher:
                     offset,
                 )
                 partition_log.truncate_fully_and_start_at(leader_start)
-                return
+                # Kept by the broker too: a fetcher started before the next answer starts from it.
+                followed.high_watermark = max(followed.high_watermark, leader_start)
+                self._appended(followed.topic, followed.partition, partition_log, followed.high_watermark)
+                return False
             followed.retry_at = time.monotonic() + RETRY_AFTER_S
-            return
+            return False
         records = bytes(answer.records or b"")
         try:
             headers = validate_batches(records)
@@ -186,6 +206,7 @@ class LeaderFetcher:
         if headers or high_watermark != followed.high_watermark:  # an empty long poll changes nothing
             followed.high_watermark = high_watermark
             self._appended(followed.topic, followed.partition, partition_log, high_watermark)
+        return bool(headers)
 
     async def _truncate(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, truncating: list[FollowedPartition]
@@ -290,9 +311,10 @@ def _cut(followed: FollowedPartition, leader_epoch: int, leader_end: int) -> Non
     """Cut the partition's log where the leader's answer says (`truncation_point`)."""
     partition_log = followed.log
     end = partition_log.log_end_offset
-    point = truncation_point(
-        partition_log.leader_epochs, end, followed.high_watermark, leader_epoch, leader_end
-    )
+    # A high watermark learned before the log start moved (a restart learns none) cannot be
+    # cut to: nothing below the start is left.
+    high_watermark = max(followed.high_watermark, partition_log.log_start_offset)
+    point = truncation_point(partition_log.leader_epochs, end, high_watermark, leader_epoch, leader_end)
     if point.offset < end:
         log.warning(
             "%s-%d: truncating to %d (was %d): the leader's epoch %d ends at %d",
