@@ -9,6 +9,7 @@ ratio, so a noisy shared machine slows both sides of a comparison alike.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import statistics
 import subprocess
@@ -899,54 +900,75 @@ def bounds(run: Run) -> Outcome:
 
 
 def replication(run: Run) -> Outcome:
-    """One broker, then a 3-broker cluster (ZooKeeper, the session timeout `onceflow cluster run`
-    sets) with replication factor 3: produce throughput and produce-to-consume latency on each,
-    same client and bytes, acks=all; then on the cluster, SIGKILL a partition's leader under a
-    steady producer and time until a new leader acknowledges, a few times over.
+    """One broker and a 3-broker cluster (ZooKeeper, the session timeout `onceflow cluster run`
+    sets) with replication factor 3, both up at once and loaded alternately (the idle side costs
+    next to nothing), so that a change in the machine's load falls on both: produce throughput,
+    then produce-to-consume latency, each a few times per side, acks=all, same client and bytes;
+    the rows compare medians. Then on the cluster, SIGKILL a partition's leader under a steady
+    producer and time until a new leader acknowledges, a few times over.
     """
     outcome = Outcome()
     figures = outcome.figures
     settings = {"num.partitions": str(THROUGHPUT_PARTITIONS)}
     total_bytes = run.sizes.produce_bytes[1000]
-    with onceflow_broker(run.new_dir("replication-single-data"), settings, run.work_dir) as single:
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        side: {"produce": [], "latency": []} for side in ("single", "cluster")
+    }
+    with (
+        onceflow_broker(run.new_dir("replication-single-data"), settings, run.work_dir) as single,
+        OnceflowCluster(
+            CLUSTER_SIZE, run.new_dir("replication-cluster-data"), settings, run.work_dir
+        ) as cluster,
+    ):
         single.start()
-        figures["single"] = {
-            "produce": _produce_counting_cpu(run, single, [single], total_bytes),
-            "latency": _steady_latency(run, single, "replication-latency"),
-        }
-        single.stop()
-    with OnceflowCluster(
-        CLUSTER_SIZE, run.new_dir("replication-cluster-data"), settings, run.work_dir
-    ) as cluster:
         run.step(
             f"start ZooKeeper and {CLUSTER_SIZE} brokers, zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}"
         )
         cluster.start()
         for topic in ("replication-produce", "replication-latency", "replication-failover"):
             cluster.create_topic(topic, THROUGHPUT_PARTITIONS)
-        figures["cluster"] = {
-            "produce": _produce_counting_cpu(run, cluster, list(cluster.brokers.values()), total_bytes),
-            "latency": _steady_latency(run, cluster, "replication-latency"),
-        }
+        sides: list[tuple[str, Reachable, list[BrokerProcess]]] = [
+            ("single", single, [single]),
+            ("cluster", cluster, list(cluster.brokers.values())),
+        ]
+        # Each run starts with no dirty page left to write back: the cluster's produce runs
+        # leave gigabytes of it, whose writeback would slow the fsyncs of the runs after them.
+        for _ in range(run.sizes.rounds):
+            for side, target, brokers in sides:
+                os.sync()
+                runs[side]["produce"].append(_produce_counting_cpu(run, target, brokers, total_bytes))
+        for _ in range(run.sizes.rounds):
+            for side, target, _ in sides:
+                os.sync()
+                runs[side]["latency"].append(_steady_latency(run, target, "replication-latency"))
+        single.stop()
         figures["failovers"] = [
             _failover(run, cluster, "replication-failover") for _ in range(run.sizes.rounds)
         ]
+    for side, side_runs in runs.items():
+        figures[side] = {
+            **side_runs,
+            "median_mb_per_s": statistics.median(produced["mb_per_s"] for produced in side_runs["produce"]),
+            "median_p50_ms": statistics.median(timed["p50_ms"] for timed in side_runs["latency"]),
+            "median_p99_ms": statistics.median(timed["p99_ms"] for timed in side_runs["latency"]),
+        }
     failover_s = statistics.median(kill["failover_s"] for kill in figures["failovers"])
     figures["failover_median_s"] = failover_s
     figures["session_timeout_ms"] = SESSION_TIMEOUT_MS
-    single_latency, cluster_latency = figures["single"]["latency"], figures["cluster"]["latency"]
-    runs = " / ".join(f"{kill['failover_s']:.2f}" for kill in figures["failovers"])
+    single_figures, cluster_figures = figures["single"], figures["cluster"]
+    kills = " / ".join(f"{kill['failover_s']:.2f}" for kill in figures["failovers"])
+    medians = f"median of {run.sizes.rounds} per side"
     outcome.rows += [
         Row(
-            f"produce 1 KB, RF {CLUSTER_SIZE} on {CLUSTER_SIZE} brokers, acks=all",
+            f"produce 1 KB, RF {CLUSTER_SIZE} on {CLUSTER_SIZE} brokers, acks=all ({medians})",
             "MB/s",
-            figures["cluster"]["produce"]["mb_per_s"],
-            figures["single"]["produce"]["mb_per_s"],
+            cluster_figures["median_mb_per_s"],
+            single_figures["median_mb_per_s"],
             "one broker",
             REPLICATED_VS_SINGLE_PRODUCE,
         ),
         Row(
-            f"failover, leader SIGKILLed to new leader's ack (median of {runs} s)",
+            f"failover, leader SIGKILLed to new leader's ack (median of {kills} s)",
             "s",
             failover_s,
             SESSION_TIMEOUT_MS / 1000,
@@ -954,17 +976,17 @@ def replication(run: Run) -> Outcome:
             FAILOVER,
         ),
         Row(
-            f"latency p50 at 10 MB/s, RF {CLUSTER_SIZE}",
+            f"latency p50 at 10 MB/s, RF {CLUSTER_SIZE} ({medians})",
             "ms",
-            cluster_latency["p50_ms"],
-            single_latency["p50_ms"],
+            cluster_figures["median_p50_ms"],
+            single_figures["median_p50_ms"],
             "one broker",
         ),
         Row(
-            f"latency p99 at 10 MB/s, RF {CLUSTER_SIZE}",
+            f"latency p99 at 10 MB/s, RF {CLUSTER_SIZE} ({medians})",
             "ms",
-            cluster_latency["p99_ms"],
-            single_latency["p99_ms"],
+            cluster_figures["median_p99_ms"],
+            single_figures["median_p99_ms"],
             "one broker",
             REPLICATED_VS_SINGLE_LATENCY,
         ),
