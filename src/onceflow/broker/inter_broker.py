@@ -10,47 +10,112 @@ from onceflow.protocol.build import build
 from onceflow.protocol.codec import decode_response, encode_request, request_type
 
 _INT32 = struct.Struct(">i")
+# An answer larger than this is not one a broker sends (a follower asks for at most 10 MiB).
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
 def client_id(broker_id: int) -> str:
     return f"onceflow-broker-{broker_id}"
 
 
-async def exchange(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    sender_id: int,
-    correlation_id: int,
-    api_key: int,
-    version: int,
-    fields: dict[str, Any],
-) -> Any:
-    """Send one request on an open connection and return the body of its answer. Raises
-    OSError or asyncio.IncompleteReadError when the connection fails, ValueError when the
-    answer is not this request's."""
-    body = build(request_type(api_key, version), fields)
-    header = build(
-        body.__header_schema__,
-        request_api_key=api_key,
-        request_api_version=version,
-        correlation_id=correlation_id,
-        client_id=client_id(sender_id),
-    )
-    writer.write(encode_request(header, body))
-    await writer.drain()
-    size = _INT32.unpack(await reader.readexactly(4))[0]
-    answered_id, response = decode_response(api_key, version, await reader.readexactly(size))
-    if answered_id != correlation_id:
-        raise ValueError(f"answer {answered_id} to request {correlation_id}")
-    return response
+class Link(asyncio.BufferedProtocol):
+    """A connection to another broker, one request at a time. Each answer is read straight
+    into a buffer of its own size: a follower's answers run to megabytes, and a stream reader
+    would copy them twice more (into its buffer, and out of it)."""
+
+    def __init__(self, sender_id: int) -> None:
+        self.sender_id = sender_id
+        self._transport: asyncio.Transport | None = None
+        self._correlation_id = 0
+        self._size = bytearray(_INT32.size)
+        self._frame: bytearray | None = None  # the answer being read, once its size is known
+        self._filled = 0
+        self._answer: asyncio.Future[bytearray] | None = None
+        self._lost: Exception | None = None
+
+    @classmethod
+    async def open(cls, address: tuple[str, int], sender_id: int) -> Link:
+        loop = asyncio.get_running_loop()
+        _, link = await loop.create_connection(lambda: cls(sender_id), *address)
+        return link
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    async def exchange(self, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+        """Send one request and return the body of its answer. Raises OSError when the
+        connection fails, ValueError when the answer is not this request's or not readable."""
+        if self._lost is not None:
+            raise ConnectionError(f"the connection is gone: {self._lost}")
+        assert self._transport is not None and self._answer is None, "one request at a time"
+        self._correlation_id += 1
+        body = build(request_type(api_key, version), fields)
+        header = build(
+            body.__header_schema__,
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=self._correlation_id,
+            client_id=client_id(self.sender_id),
+        )
+        self._answer = asyncio.get_running_loop().create_future()
+        try:
+            # Requests are small (fetches, markers): the transport buffers what the socket
+            # does not take at once, and the answer comes only after all of it anyway.
+            self._transport.write(encode_request(header, body))
+            frame = await self._answer
+        finally:
+            self._answer = None
+        with memoryview(frame).toreadonly() as view:
+            answered_id, response = decode_response(api_key, version, view)
+        if answered_id != self._correlation_id:
+            raise ValueError(f"answer {answered_id} to request {self._correlation_id}")
+        return response
+
+    # -- asyncio.BufferedProtocol ------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self._size if self._frame is None else self._frame)[self._filled :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._filled += nbytes
+        if self._frame is None:
+            if self._filled < len(self._size):
+                return
+            (size,) = _INT32.unpack(self._size)
+            if not _INT32.size <= size <= MAX_ANSWER_BYTES:
+                self._fail(ValueError(f"an answer of {size} bytes"))
+                return
+            self._frame, self._filled = bytearray(size), 0
+        elif self._filled == len(self._frame):
+            frame, self._frame, self._filled = self._frame, None, 0
+            if self._answer is None or self._answer.done():
+                self._fail(ValueError("an answer to no request"))
+            else:
+                self._answer.set_result(frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = exc if exc is not None else ConnectionResetError("closed by the other broker")
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_exception(ConnectionError(f"the connection is gone: {self._lost}"))
+
+    def _fail(self, error: Exception) -> None:
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_exception(error)
+        self._lost = error
+        assert self._transport is not None
+        self._transport.abort()
 
 
 async def request_once(
     address: tuple[str, int], sender_id: int, api_key: int, version: int, fields: dict[str, Any]
 ) -> Any:
     """One request on a connection of its own."""
-    reader, writer = await asyncio.open_connection(*address)
+    link = await Link.open(address, sender_id)
     try:
-        return await exchange(reader, writer, sender_id, 1, api_key, version, fields)
+        return await link.exchange(api_key, version, fields)
     finally:
-        writer.close()
+        link.close()

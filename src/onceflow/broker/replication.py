@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.broker.inter_broker import exchange
+from onceflow.broker.inter_broker import Link
 from onceflow.log.batch import BatchHeader, CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET, truncation_point
@@ -38,9 +38,6 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 FETCH_MAX_WAIT_MS = 500
 PARTITION_MAX_BYTES = 1024 * 1024  # Kafka's replica.fetch.max.bytes
 RESPONSE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's replica.fetch.response.max.bytes
-# The connection's read buffer holds a whole answer: with asyncio's 64 KiB, reading one pauses
-# and resumes the socket (an epoll change each) every 128 KiB.
-READ_BUFFER_BYTES = RESPONSE_MAX_BYTES
 RETRY_AFTER_S = 0.2
 
 
@@ -108,30 +105,29 @@ class LeaderFetcher:
         for followed in self.partitions.values():
             followed.high_watermark = min(followed.high_watermark, followed.log.log_end_offset)
         self._appended = appended
-        self._correlation_id = 0
 
     async def run(self) -> None:
         while self.partitions:
             try:
-                reader, writer = await asyncio.open_connection(*self.leader, limit=READ_BUFFER_BYTES)
+                link = await Link.open(self.leader, self.broker_id)
             except OSError:
                 await asyncio.sleep(RETRY_AFTER_S)
                 continue
             try:
-                await self._follow(reader, writer)
+                await self._follow(link)
             except (OSError, asyncio.IncompleteReadError, ValueError) as error:
                 log.info("fetching from %s: %s", self.leader, error)
                 await asyncio.sleep(RETRY_AFTER_S)
             finally:
-                writer.close()
+                link.close()
 
-    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _follow(self, link: Link) -> None:
         while self.partitions:
             now = time.monotonic()
             ready = [followed for followed in self.partitions.values() if followed.retry_at <= now]
             truncating = [followed for followed in ready if not followed.truncated]
             if truncating:
-                await self._truncate(reader, writer, truncating)
+                await self._truncate(link, truncating)
                 continue
             backing_off = [
                 followed.retry_at for followed in self.partitions.values() if followed.retry_at > now
@@ -141,7 +137,7 @@ class LeaderFetcher:
                 continue
             # A partition backing off after an error joins the next request in time.
             wait_ms = min([FETCH_MAX_WAIT_MS, *(int((at - now) * 1000) + 1 for at in backing_off)])
-            answer = await self._fetch(reader, writer, ready, wait_ms)
+            answer = await self._fetch(link, ready, wait_ms)
             if answer.error_code != ErrorCode.none:
                 await asyncio.sleep(RETRY_AFTER_S)
                 continue
@@ -197,9 +193,10 @@ class LeaderFetcher:
         except CorruptRecordError as error:
             raise ValueError(f"a corrupt batch from the leader: {error}") from error
         position = 0
-        for header in headers:
-            _append(partition_log, header, records[position : position + header.size])
-            position += header.size
+        with memoryview(records) as view:  # each batch appended without a copy of its own
+            for header in headers:
+                _append(partition_log, header, view[position : position + header.size])
+                position += header.size
         if answer.log_start_offset > partition_log.log_start_offset:  # DeleteRecords on the leader
             partition_log.delete_records_before(answer.log_start_offset)
         high_watermark = min(int(answer.high_watermark), partition_log.log_end_offset)
@@ -208,15 +205,13 @@ class LeaderFetcher:
             self._appended(followed.topic, followed.partition, partition_log, high_watermark)
         return bool(headers)
 
-    async def _truncate(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, truncating: list[FollowedPartition]
-    ) -> None:
+    async def _truncate(self, link: Link, truncating: list[FollowedPartition]) -> None:
         """One round of KIP-279 for each partition: ask where our latest epoch ends on the
         leader, and cut there."""
         asking = [
             followed for followed in truncating if followed.log.leader_epochs.latest_epoch != UNDEFINED_EPOCH
         ]
-        answers = await self._offsets_for_leader_epochs(reader, writer, asking) if asking else {}
+        answers = await self._offsets_for_leader_epochs(link, asking) if asking else {}
         for followed in truncating:
             answer = answers.get(followed.key)
             leader_epoch, leader_end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
@@ -234,11 +229,9 @@ class LeaderFetcher:
                 del self.partitions[followed.key]
 
     async def _offsets_for_leader_epochs(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, asking: list[FollowedPartition]
+        self, link: Link, asking: list[FollowedPartition]
     ) -> dict[tuple[str, int], Any]:
-        answer = await self._request(
-            reader,
-            writer,
+        answer = await link.exchange(
             OFFSET_FOR_LEADER_EPOCH,
             OFFSET_FOR_LEADER_EPOCH_VERSION,
             {
@@ -261,14 +254,11 @@ class LeaderFetcher:
 
     async def _fetch(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        link: Link,
         fetching: list[FollowedPartition],
         wait_ms: int,
     ) -> Any:
-        return await self._request(
-            reader,
-            writer,
+        return await link.exchange(
             FETCH,
             FETCH_VERSION,
             {
@@ -294,17 +284,6 @@ class LeaderFetcher:
                 "rack_id": "",
             },
         )
-
-    async def _request(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        api_key: int,
-        version: int,
-        fields: dict[str, Any],
-    ) -> Any:
-        self._correlation_id += 1
-        return await exchange(reader, writer, self.broker_id, self._correlation_id, api_key, version, fields)
 
 
 def _cut(followed: FollowedPartition, leader_epoch: int, leader_end: int) -> None:
@@ -332,7 +311,7 @@ def _cut(followed: FollowedPartition, leader_epoch: int, leader_end: int) -> Non
     followed.truncated = point.complete
 
 
-def _append(partition_log: PartitionLog, header: BatchHeader, batch: bytes) -> None:
+def _append(partition_log: PartitionLog, header: BatchHeader, batch: memoryview) -> None:
     if header.base_offset != partition_log.log_end_offset:
         end = partition_log.log_end_offset
         raise Diverged(f"the leader's batch at {header.base_offset} is not at our end {end}")

@@ -88,7 +88,7 @@ def _response_readers(api_key: int, api_version: int) -> tuple[Callable[..., Any
     return entity_reader(body.__header_schema__), entity_reader(body)
 
 
-def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -> tuple[int, Any]:
     """The correlation id and body of a response frame (without its length prefix) to a request
     of that API and version; a response does not name its API, so the caller must remember the
     request's. Only for responses of a trusted broker: the lengths are not checked against the
