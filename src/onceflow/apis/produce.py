@@ -71,8 +71,9 @@ def handle(request: Request) -> Any:
         # also wait for every batch appended meanwhile, and under load keep chasing them.
         durable = request.broker.wait_durable(appended)
         if request.broker.cluster is not None:
+            # The high watermark waits for that fsync too: awaiting it here would add nothing.
             targets = _replication_targets(request, responses)
-            return _once_replicated(request, durable, targets, responses, answered)
+            return _once_replicated(request, targets, responses, answered)
         return _once_fsynced(request, durable, _respond(request, responses, answered), appended_at)
     return _respond(request, responses, answered)
 
@@ -110,16 +111,15 @@ def _replication_targets(
 
 async def _once_replicated(
     request: Request,
-    durable: Awaitable[float],
     targets: list[tuple[str, int, PartitionLog, int]],
     responses: list[dict[str, Any]],
     answered: list[dict[str, Any]],
 ) -> Any:
     """Cluster mode, acks=all: the answer once the high watermark (every ISR member) passed the
-    appended batches; REQUEST_TIMED_OUT past the request's timeout, NOT_LEADER_OR_FOLLOWER if
-    leadership moved meanwhile (the client retries either)."""
+    appended batches (no further than the leader's fsynced offset: `Broker.high_watermark`);
+    REQUEST_TIMED_OUT past the request's timeout, NOT_LEADER_OR_FOLLOWER if leadership moved
+    meanwhile (the client retries either)."""
     broker = request.broker
-    await durable
     replicated = await broker.wait_replicated(targets, request.body.timeout.total_seconds())
     for topic in responses:
         for partition in topic["partition_responses"]:

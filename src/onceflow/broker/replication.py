@@ -115,7 +115,7 @@ class LeaderFetcher:
                 continue
             try:
                 await self._follow(link)
-            except (OSError, asyncio.IncompleteReadError, ValueError) as error:
+            except (OSError, ValueError) as error:
                 log.info("fetching from %s: %s", self.leader, error)
                 await asyncio.sleep(RETRY_AFTER_S)
             finally:
@@ -216,10 +216,8 @@ class LeaderFetcher:
             answer = answers.get(followed.key)
             leader_epoch, leader_end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
             if answer is not None:
-                if answer.error_code != ErrorCode.none:
-                    followed.retry_at = (
-                        time.monotonic() + RETRY_AFTER_S
-                    )  # the leader has not taken its role yet
+                if answer.error_code != ErrorCode.none:  # the leader has not taken its role yet
+                    followed.retry_at = time.monotonic() + RETRY_AFTER_S
                     continue
                 leader_epoch, leader_end = answer.leader_epoch, int(answer.end_offset)
             try:

@@ -170,7 +170,7 @@ class ClusterMarkers:
                 ),
                 REPLICATION_TIMEOUT_S + 5,
             )
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
+        except (OSError, TimeoutError, ValueError) as error:
             log.info("marker for producer %d on %s-%d: %s", producer_id, *partition, error)
             return ErrorCode.network_exception
         return ErrorCode(answer.markers[0].topics[0].partitions[0].error_code)
