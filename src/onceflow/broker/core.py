@@ -124,10 +124,10 @@ class Broker:
         # Long-polling fetches by the partitions they read: a flush wakes only the fetches
         # waiting on the partitions it flushed (Kafka's delayed fetches, keyed by partition).
         # Waiters get the perf_counter() time of their wake-up, to time the stages after it.
-        self._fetch_waiters: dict[DurableLog, set[asyncio.Future[float]]] = {}
+        self._fetch_waiters: dict[DurableLog, set[asyncio.Future[float | None]]] = {}
         # Followers' fetches: they copy what the leader appended, fsynced or not, so an append
         # wakes them (the leader's own fsync runs meanwhile, beside the copying).
-        self._append_waiters: dict[DurableLog, set[asyncio.Future[float]]] = {}
+        self._append_waiters: dict[DurableLog, set[asyncio.Future[float | None]]] = {}
         self._durability_waiters: list[tuple[list[tuple[DurableLog, int]], asyncio.Future[float]]] = []
         self._dirty: set[DurableLog] = set()
         self._flush_requested = asyncio.Event()
@@ -147,7 +147,7 @@ class Broker:
         self._fetchers: dict[int, tuple[_Followed, asyncio.Task[None]]] = {}
         self._isr_expansions: dict[tuple[str, int], asyncio.Task[bool]] = {}  # under way
         self._high_watermarks: dict[tuple[str, int], int] = {}
-        self._replication_waiters: set[asyncio.Future[None]] = set()
+        self._replication_waiters: set[asyncio.Future[float | None]] = set()
 
     # -- lifecycle -------------------------------------------------------------
     def start(self, host: str, port: int) -> None:
@@ -435,12 +435,10 @@ class Broker:
             remaining = deadline - time.monotonic()
             if all(done.values()) or lost or remaining <= 0:
                 return {key: reached and key in self._leading for key, reached in done.items()}
-            waiter = asyncio.get_running_loop().create_future()
+            waiter: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
             self._replication_waiters.add(waiter)
             try:
-                await asyncio.wait_for(waiter, remaining)
-            except TimeoutError:
-                pass
+                await _woken_or_timed_out(waiter, remaining)
             finally:
                 self._replication_waiters.discard(waiter)
 
@@ -564,17 +562,16 @@ class Broker:
             partition.log_end_offset != end for partition, end in zip(logs, appended_since, strict=True)
         ):
             return
-        waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
         waiting = self._append_waiters if follower else self._fetch_waiters
         for partition in logs:
             waiting.setdefault(partition, set()).add(waiter)
         if not follower and any(partition in self._dirty for partition in logs):
             self._flush_requested.set()
         try:
-            woken_at = await asyncio.wait_for(waiter, timeout_s)
-            self.metrics.stage(STAGE_HW_TO_FETCH_WAKEUP, time.perf_counter() - woken_at)
-        except TimeoutError:
-            pass
+            woken_at = await _woken_or_timed_out(waiter, timeout_s)
+            if woken_at is not None:
+                self.metrics.stage(STAGE_HW_TO_FETCH_WAKEUP, time.perf_counter() - woken_at)
         finally:
             for partition in logs:
                 waiters = waiting.get(partition)
@@ -694,8 +691,24 @@ class Broker:
         )
 
 
+async def _woken_or_timed_out(waiter: asyncio.Future[float | None], timeout_s: float) -> float | None:
+    """The waiter's result (a wake-up's perf_counter() time), or None after `timeout_s`. Not
+    asyncio.wait_for: its future between the waiter and the task costs every wake-up another
+    turn of the event loop, which a busy loop makes a millisecond or more."""
+    timer = asyncio.get_running_loop().call_later(timeout_s, _time_out, waiter)
+    try:
+        return await waiter
+    finally:
+        timer.cancel()
+
+
+def _time_out(waiter: asyncio.Future[float | None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 def _wake(
-    waiting: dict[DurableLog, set[asyncio.Future[float]]], logs: Iterable[DurableLog], woken_at: float
+    waiting: dict[DurableLog, set[asyncio.Future[float | None]]], logs: Iterable[DurableLog], woken_at: float
 ) -> None:
     for partition in logs:
         for waiter in waiting.pop(partition, ()):
