@@ -1,13 +1,15 @@
-"""Hypothesis strategies for any kio request entity, built from its schema."""
+"""Hypothesis strategies for any kio entity, built from its schema."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import io
 from typing import Any
 
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from kio.serial._introspect import (
     EntityField,
@@ -26,12 +28,16 @@ _MS = datetime.timedelta(milliseconds=1)
 _PRIMITIVES: dict[str, st.SearchStrategy[Any]] = {
     "int8": st.integers(-(2**7), 2**7 - 1),
     "int16": st.integers(-(2**15), 2**15 - 1),
+    "uint8": st.integers(0, 2**8 - 1),
     "uint16": st.integers(0, 2**16 - 1),
+    "uint32": st.integers(0, 2**32 - 1),
+    "uint64": st.integers(0, 2**64 - 1),
     "int32": st.integers(-(2**31), 2**31 - 1),
     "int64": st.integers(-(2**63), 2**63 - 1),
     "bool": st.booleans(),
     "float64": st.floats(allow_nan=False, allow_infinity=False),
     "uuid": st.uuids(),
+    "error_code": st.sampled_from(ErrorCode),
     "string": st.text(max_size=12),
     "bytes": st.binary(max_size=24),
     "records": st.binary(max_size=24),
@@ -43,6 +49,7 @@ _PRIMITIVES: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
+@functools.cache
 def entities(entity_class: type[Any]) -> st.SearchStrategy[Any]:
     fields = {field.name: _field(field) for field in dataclasses.fields(entity_class)}
     return st.fixed_dictionaries(fields).map(lambda values: entity_class(**values))

@@ -1,7 +1,8 @@
 """Request decoding and response encoding with kio's generated types.
 
 kio's native readers are fast, so they are built once per (api key, version)
-and cached. Writers are pure Python; they are cached the same way.
+and cached. Its writers are pure Python and slow; `protocol.writers` compiles
+ones that write the same bytes.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from functools import cache
 from typing import Any
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from onceflow import failpoints
 from onceflow.protocol.bounds import Frame, FrameBoundsError, check_frame
+from onceflow.protocol.writers import EntityWriter, entity_writer
 
 _INT32 = struct.Struct(">i")
 # Off only when a test plants the bug the check prevents, to show that the fuzzer finds it.
@@ -105,51 +107,23 @@ def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -
     return header.correlation_id, body
 
 
-_ResponseWriters = tuple[type[Any], Callable[..., None], Callable[..., None]]
-_response_writers_by_class: dict[type[Any], _ResponseWriters] = {}
-
-
-def _response_writers(response_class: type[Any]) -> _ResponseWriters:
-    writers = _response_writers_by_class.get(response_class)
-    if writers is None:
-        header_class = response_class.__header_schema__
-        writers = (header_class, entity_writer(header_class), entity_writer(response_class))
-        _response_writers_by_class[response_class] = writers
-    return writers
-
-
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """A complete response frame, length prefix included."""
-    header_class, write_header, write_body = _response_writers(type(response))
-    buffer = io.BytesIO()
-    buffer.write(b"\0\0\0\0")
-    write_header(buffer, header_class(correlation_id=correlation_id))
-    write_body(buffer, response)
-    frame = buffer.getbuffer()
-    _INT32.pack_into(frame, 0, len(frame) - 4)
-    del frame
-    return buffer.getvalue()
+    header_class = response.__header_schema__
+    return _frame(entity_writer(header_class), header_class(correlation_id=correlation_id), response)
 
 
 def encode_request(header: Any, body: Any) -> bytes:
     """A complete request frame, length prefix included: what `decode_request` reads back."""
-    write_header = _entity_writer(type(header))
-    write_body = _entity_writer(type(body))
+    return _frame(entity_writer(type(header)), header, body)
+
+
+def _frame(write_header: EntityWriter, header: Any, body: Any) -> bytes:
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
-    write_header(buffer, header)
-    write_body(buffer, body)
+    write_header(buffer.write, header)
+    entity_writer(type(body))(buffer.write, body)
     frame = buffer.getbuffer()
     _INT32.pack_into(frame, 0, len(frame) - 4)
     del frame
     return buffer.getvalue()
-
-
-_writers_by_class: dict[type[Any], Callable[..., None]] = {}
-
-
-def _entity_writer(entity_class: type[Any]) -> Callable[..., None]:
-    writer = _writers_by_class.get(entity_class)
-    if writer is None:
-        writer = _writers_by_class[entity_class] = entity_writer(entity_class)
-    return writer
