@@ -235,6 +235,10 @@ class _InOrderReplies:
     def _write_ready(self, _: object = None) -> None:
         try:
             while self._pending and not self.failed:
+                if self._writer.transport.is_closing():
+                    # The client is gone: what its requests still get has nowhere to go.
+                    self._pending.clear()
+                    break
                 correlation_id, reply, stamps = self._pending[0]
                 if isinstance(reply, asyncio.Future):
                     if not reply.done():

@@ -46,3 +46,59 @@ def test_flushes_of_other_partitions_do_not_wake_a_waiting_fetch(
     assert len(answers) == 1
     assert answers[0].responses[0].partitions[0].records
     assert reads[0] == 0 and reads[1] > 0 and len(reads) == 2
+
+
+def test_answers_for_a_client_that_left_are_dropped_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client closes its connection while ten fetches long-poll. Their answers fall due
+    together; once the first write finds the connection gone the rest are dropped, not written
+    (asyncio warns about every write to a lost connection past the fifth), and the broker goes
+    on serving."""
+    reads: list[int] = []
+    original = fetch._read
+
+    def counting(request: Any) -> Any:
+        result = original(request)
+        reads.append(result[1])
+        return result
+
+    monkeypatch.setattr(fetch, "_read", counting)
+    with EmbeddedBroker(tmp_path) as broker:
+        with WireClient(broker.bootstrap_servers) as client:
+            client.create_topic("quiet", 1)
+        with WireClient(broker.bootstrap_servers) as leaving:
+            for _ in range(10):
+                _, frame = leaving.frame(
+                    1,
+                    12,
+                    replica_id=-1,
+                    max_wait=300,
+                    min_bytes=1,
+                    max_bytes=1 << 20,
+                    isolation_level=0,
+                    session_id=0,
+                    session_epoch=-1,
+                    topics=[
+                        {
+                            "topic": "quiet",
+                            "partitions": [
+                                {
+                                    "partition": 0,
+                                    "current_leader_epoch": -1,
+                                    "fetch_offset": 0,
+                                    "log_start_offset": -1,
+                                    "partition_max_bytes": 1 << 20,
+                                }
+                            ],
+                        }
+                    ],
+                    forgotten_topics_data=[],
+                    rack_id="",
+                )
+                leaving.send_raw(frame)
+            wait_until(lambda: len(reads) == 10, timeout_s=10)  # all ten wait
+        wait_until(lambda: len(reads) >= 20, timeout_s=10)  # each read again at its deadline
+        with WireClient(broker.bootstrap_servers) as client:  # the loop went past their answers
+            assert client.list_offset("quiet", 0) == 0
+    assert "socket.send() raised exception" not in caplog.text
