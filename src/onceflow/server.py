@@ -66,7 +66,7 @@ class BrokerServer:
         self._server: asyncio.Server | None = None
         self._metrics_address = metrics_address
         self._metrics_server: asyncio.Server | None = None
-        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._connections: dict[asyncio.Task[None], tuple[asyncio.StreamWriter, _InOrderReplies]] = {}
 
     @property
     def address(self) -> tuple[str, int]:
@@ -105,29 +105,33 @@ class BrokerServer:
             self._metrics_server.close()
         if self._server is not None:
             self._server.close()
-        # Aborting the transports ends each connection's read loop, which then cleans up.
-        for writer in self._connections.values():
+        # Aborting the transports ends each connection's read loop, which then cleans up; one
+        # waiting for room among its replies must not wait for them to finish.
+        for writer, replies in self._connections.values():
             writer.transport.abort()
+            replies.abandon()
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self.broker.stop()
 
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections[task] = writer
         peer = writer.get_extra_info("peername")
         replies = _InOrderReplies(writer, peer, self.broker.metrics)
+        self._connections[task] = (writer, replies)
         connection = Connection(self.broker.config.get_int("socket.request.max.bytes"))
         try:
             while not replies.failed:
                 # A client that reads no answers stops being read: its requests wait in the socket.
                 await writer.drain()
-                await replies.room.wait()
                 data = await reader.read(READ_CHUNK_BYTES)
                 if not data:
                     break
                 received = time.perf_counter()
                 for event in connection.receive_data(data):
+                    await replies.room.wait()  # at most MAX_IN_FLIGHT_PER_CONNECTION started
+                    if replies.failed:
+                        break
                     reply = self._reply_to(event, received)
                     if reply is not None:
                         replies.add(reply)
@@ -264,3 +268,10 @@ class _InOrderReplies:
         self.failed = True
         self._pending.clear()
         self._writer.transport.abort()
+
+    def abandon(self) -> None:
+        """The connection is being closed: write nothing more, and let nobody wait for room."""
+        self.failed = True
+        self._pending.clear()
+        self.room.set()
+        self.all_written.set()
