@@ -97,51 +97,14 @@ class WireClient:
         )
         return int(response.topics[0].partitions[0].offset)
 
-    def fetch(
-        self,
-        partitions: dict[Any, list[int]],
-        version: int = 12,
-        fetch_offset: int = 0,
-        isolation_level: int = 0,
-        replica_state: dict[str, Any] | None = None,
-        max_wait: int = 0,
-        min_bytes: int = 0,
-        max_bytes: int = 1 << 20,
-        **partition_fields: Any,
-    ) -> Any:
-        """A Fetch, answered at once by default; `partitions` maps topics (ids from v13) to partitions."""
-        topic_key = "topic_id" if version >= 13 else "topic"
-        return self.request(
-            1,
-            version,
-            replica_id=-1,
-            replica_state=replica_state or {},
-            max_wait=max_wait,
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
-            isolation_level=isolation_level,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                {
-                    topic_key: topic,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": fetch_offset,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                            **partition_fields,
-                        }
-                        for partition in numbers
-                    ],
-                }
-                for topic, numbers in partitions.items()
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
+    def fetch(self, partitions: dict[Any, list[int]], version: int = 12, **options: Any) -> Any:
+        """A Fetch, answered at once by default; `partitions` maps topics (ids from v13) to
+        partitions; `options` as `fetch_fields` takes them."""
+        return self.request(1, version, **fetch_fields(partitions, version, **options))
+
+    def fetch_frame(self, partitions: dict[Any, list[int]], version: int = 12, **options: Any) -> bytes:
+        """The frame of that Fetch, to send without waiting for its answer."""
+        return self.frame(1, version, **fetch_fields(partitions, version, **options))[1]
 
     def init_producer_id(self, transactional_id: str | None = None) -> Any:
         return self.request(
@@ -220,3 +183,47 @@ def produce(
         topic_data=[{"name": topic, "partition_data": [{"index": partition, "records": records}]}],
     )
     return response.responses[0].partition_responses[0]
+
+
+def fetch_fields(
+    partitions: dict[Any, list[int]],
+    version: int,
+    fetch_offset: int = 0,
+    isolation_level: int = 0,
+    replica_state: dict[str, Any] | None = None,
+    max_wait: int = 0,
+    min_bytes: int = 0,
+    max_bytes: int = 1 << 20,
+    **partition_fields: Any,
+) -> dict[str, Any]:
+    """A consumer's Fetch of `partitions` from `fetch_offset`, with sessions declined."""
+    topic_key = "topic_id" if version >= 13 else "topic"
+    return {
+        "replica_id": -1,
+        "replica_state": replica_state or {},
+        "max_wait": max_wait,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "isolation_level": isolation_level,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                topic_key: topic,
+                "partitions": [
+                    {
+                        "partition": partition,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": fetch_offset,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1 << 20,
+                        **partition_fields,
+                    }
+                    for partition in numbers
+                ],
+            }
+            for topic, numbers in partitions.items()
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }

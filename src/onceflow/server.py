@@ -66,7 +66,7 @@ class BrokerServer:
         self._server: asyncio.Server | None = None
         self._metrics_address = metrics_address
         self._metrics_server: asyncio.Server | None = None
-        self._connections: dict[asyncio.Task[None], tuple[asyncio.StreamWriter, _InOrderReplies]] = {}
+        self._connections: dict[asyncio.Task[None], _InOrderReplies] = {}
 
     @property
     def address(self) -> tuple[str, int]:
@@ -105,10 +105,9 @@ class BrokerServer:
             self._metrics_server.close()
         if self._server is not None:
             self._server.close()
-        # Aborting the transports ends each connection's read loop, which then cleans up; one
-        # waiting for room among its replies must not wait for them to finish.
-        for writer, replies in self._connections.values():
-            writer.transport.abort()
+        # Aborting the connections ends their read loops, which then clean up; one waiting for
+        # room among its replies does not wait for them to finish.
+        for replies in self._connections.values():
             replies.abandon()
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self.broker.stop()
@@ -118,7 +117,7 @@ class BrokerServer:
         assert task is not None
         peer = writer.get_extra_info("peername")
         replies = _InOrderReplies(writer, peer, self.broker.metrics)
-        self._connections[task] = (writer, replies)
+        self._connections[task] = replies
         connection = Connection(self.broker.config.get_int("socket.request.max.bytes"))
         try:
             while not replies.failed:
@@ -248,7 +247,7 @@ class _InOrderReplies:
                     if not reply.done():
                         break
                     if reply.cancelled():  # the broker is stopping
-                        self._fail()
+                        self.abandon()
                         break
                     reply = reply.result()
                 self._pending.popleft()
@@ -258,20 +257,16 @@ class _InOrderReplies:
         except Exception:
             # A reply that failed is a bug, not the client's fault: say so, as the read loop does.
             log.exception("closing connection from %s after an internal error", self._peer)
-            self._fail()
+            self.abandon()
         if len(self._pending) < MAX_IN_FLIGHT_PER_CONNECTION:
             self.room.set()
         if not self._pending:
             self.all_written.set()
 
-    def _fail(self) -> None:
+    def abandon(self) -> None:
+        """Abort the connection: write nothing more, and let nobody wait for room."""
         self.failed = True
         self._pending.clear()
         self._writer.transport.abort()
-
-    def abandon(self) -> None:
-        """The connection is being closed: write nothing more, and let nobody wait for room."""
-        self.failed = True
-        self._pending.clear()
         self.room.set()
         self.all_written.set()

@@ -5,61 +5,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from onceflow import EmbeddedBroker, server
-from onceflow.apis import fetch
 from tests.conftest import wait_until
 from tests.wire import WireClient
-
-
-def _long_poll_frame(client: WireClient, max_wait_ms: int) -> bytes:
-    """A Fetch of the empty partition quiet-0 that waits up to `max_wait_ms` for a byte."""
-    _, frame = client.frame(
-        1,
-        12,
-        replica_id=-1,
-        max_wait=max_wait_ms,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            {
-                "topic": "quiet",
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": 0,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": 1 << 20,
-                    }
-                ],
-            }
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
-    return frame
-
-
-@pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The bytes each read of the fetch handler found, one entry per read."""
-    found: list[int] = []
-    original = fetch._read
-
-    def counting(request: Any) -> Any:
-        result = original(request)
-        found.append(result[1])
-        return result
-
-    monkeypatch.setattr(fetch, "_read", counting)
-    return found
 
 
 def test_pipelined_requests_past_the_limit_wait_in_the_socket(tmp_path: Path, reads: list[int]) -> None:
@@ -69,7 +20,11 @@ def test_pipelined_requests_past_the_limit_wait_in_the_socket(tmp_path: Path, re
         with WireClient(broker.bootstrap_servers) as client:
             client.create_topic("quiet", 1)
         with WireClient(broker.bootstrap_servers) as pipelining:
-            pipelining.send_raw(b"".join(_long_poll_frame(pipelining, 30_000) for _ in range(200)))
+            pipelining.send_raw(
+                b"".join(
+                    pipelining.fetch_frame({"quiet": [0]}, max_wait=30_000, min_bytes=1) for _ in range(200)
+                )
+            )
             wait_until(lambda: len(reads) >= limit, timeout_s=10)
             # A request on another connection goes round the loop after the 64 have started.
             with WireClient(broker.bootstrap_servers) as client:
@@ -85,7 +40,9 @@ def test_the_broker_stops_without_waiting_for_long_polls(tmp_path: Path, reads: 
         with WireClient(broker.bootstrap_servers) as client:
             client.create_topic("quiet", 1)
         waiting = WireClient(broker.bootstrap_servers)
-        waiting.send_raw(b"".join(_long_poll_frame(waiting, 60_000) for _ in range(70)))
+        waiting.send_raw(
+            b"".join(waiting.fetch_frame({"quiet": [0]}, max_wait=60_000, min_bytes=1) for _ in range(70))
+        )
         wait_until(lambda: len(reads) == server.MAX_IN_FLIGHT_PER_CONNECTION, timeout_s=10)
     finally:
         started = time.monotonic()
@@ -105,7 +62,9 @@ def test_answers_for_a_client_that_left_are_dropped_quietly(
         with WireClient(broker.bootstrap_servers) as client:
             client.create_topic("quiet", 1)
         with WireClient(broker.bootstrap_servers) as leaving:
-            leaving.send_raw(b"".join(_long_poll_frame(leaving, 300) for _ in range(10)))
+            leaving.send_raw(
+                b"".join(leaving.fetch_frame({"quiet": [0]}, max_wait=300, min_bytes=1) for _ in range(10))
+            )
             wait_until(lambda: len(reads) == 10, timeout_s=10)  # all ten wait
         wait_until(lambda: len(reads) >= 20, timeout_s=10)  # each read again at its deadline
         with WireClient(broker.bootstrap_servers) as client:  # the loop went past their answers

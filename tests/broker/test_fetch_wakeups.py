@@ -6,10 +6,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from onceflow import EmbeddedBroker
-from onceflow.apis import fetch
 from tests.conftest import wait_until
 from tests.wire import WireClient, make_batch, produce
 
@@ -18,18 +15,7 @@ def _long_poll(client: WireClient, topic: str) -> Any:
     return client.fetch({topic: [0]}, max_wait=20_000, min_bytes=1)
 
 
-def test_flushes_of_other_partitions_do_not_wake_a_waiting_fetch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    reads: list[int] = []  # the bytes each read of the fetch handler found
-    original = fetch._read
-
-    def counting(request: Any) -> Any:
-        result = original(request)
-        reads.append(result[1])
-        return result
-
-    monkeypatch.setattr(fetch, "_read", counting)
+def test_flushes_of_other_partitions_do_not_wake_a_waiting_fetch(tmp_path: Path, reads: list[int]) -> None:
     with EmbeddedBroker(tmp_path) as broker, WireClient(broker.bootstrap_servers, timeout_s=30) as waiting:
         with WireClient(broker.bootstrap_servers) as producing:
             producing.create_topic("quiet", 1)
