@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from onceflow import EmbeddedBroker
 from onceflow.spark import source
 from onceflow.spark.sink import produce_batches
-from onceflow.spark.source import OffsetRange, OnceflowStreamReader, read_range
+from onceflow.spark.source import OffsetRange, OnceflowStreamReader, read_range, records_before
 from tests.broker.test_metrics import scrape, value
 from tests.spark.helpers import produce_transactions
 from tests.spark.test_data_source import create
@@ -123,6 +124,52 @@ def test_a_read_task_gives_every_column_of_a_record(broker: EmbeddedBroker) -> N
         for consumer in source._idle_consumers.values():
             consumer.close()
         source._idle_consumers.clear()
+
+
+def test_a_read_task_pauses_the_garbage_collector_until_it_ends(broker: EmbeddedBroker) -> None:
+    bootstrap = broker.bootstrap_servers
+    create(bootstrap, ("in", 1))
+    produce_transactions(bootstrap, "in", [f"v{n}" for n in range(30)], 30, 0, "feed")
+    batches = read_range({"bootstrap.servers": bootstrap}, OffsetRange("in", 0, 0, 30), 30)
+    try:
+        assert gc.isenabled()
+        assert next(batches).num_rows == 30
+        assert not gc.isenabled()
+        assert list(batches) == []
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+        for consumer in source._idle_consumers.values():
+            consumer.close()
+        source._idle_consumers.clear()
+
+
+class FakeMessage:
+    def __init__(self, offset: int, error: KafkaError | None = None) -> None:
+        self._offset, self._error = offset, error
+
+    def offset(self) -> int:
+        return self._offset
+
+    def error(self) -> KafkaError | None:
+        return self._error
+
+
+def test_a_consumed_batch_is_cut_at_the_range_end_and_at_the_partition_end() -> None:
+    def cut(messages: list[FakeMessage], end: int) -> tuple[list[int], bool]:
+        records, done = records_before(messages, end)  # type: ignore[arg-type]
+        return [record.offset() for record in records], done
+
+    # Gaps (markers, aborted records) do not count: the cut is by offset.
+    assert cut([FakeMessage(n) for n in (5, 6, 8, 9)], 8) == ([5, 6], True)
+    assert cut([FakeMessage(n) for n in (5, 6, 8, 9)], 7) == ([5, 6], True)
+    assert cut([FakeMessage(n) for n in (5, 6, 8, 9)], 20) == ([5, 6, 8, 9], False)
+    end_of_partition = FakeMessage(10, KafkaError(KafkaError._PARTITION_EOF))
+    assert cut([FakeMessage(8), FakeMessage(9), end_of_partition], 20) == ([8, 9], True)
+    assert cut([end_of_partition], 20) == ([], True)
+    assert cut([], 20) == ([], False)
+    with pytest.raises(KafkaException):
+        cut([FakeMessage(8), FakeMessage(9, KafkaError(KafkaError._TRANSPORT))], 20)
 
 
 def test_the_sink_produces_records_from_arrow_columns(broker: EmbeddedBroker) -> None:

@@ -6,7 +6,10 @@ The planning half (offsets, partitions) runs on the driver, in one long-lived Py
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
+import operator
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -19,6 +22,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from onceflow.spark.collector import collector_paused
 from onceflow.spark.options import (
     QUICK_START,
     Offsets,
@@ -51,6 +55,7 @@ CONSUME_WAIT_S = 0.05
 FETCH_WAIT_MS = 20
 FETCH_QUEUE_BACKOFF_MS = 10
 METADATA_TIMEOUT_S = 30.0
+NO_HEADERS = ()  # one object for every record without headers, not a new list each
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,13 @@ def read_range(
     """
     if not isinstance(offsets, OffsetRange):
         return  # Spark plans one empty partition when there is nothing to read
+    with collector_paused():
+        yield from _read_assigned(config, offsets, stall_timeout_s)
+
+
+def _read_assigned(
+    config: Mapping[str, Any], offsets: OffsetRange, stall_timeout_s: float
+) -> Iterator[pa.RecordBatch]:
     key, consumer = checkout_consumer(config)
     consumer.assign([TopicPartition(offsets.topic, offsets.partition, offsets.start)])
     pending: list[Message] = []
@@ -213,27 +225,15 @@ def read_range(
     last_progress = time.monotonic()
     try:
         while True:
-            done = False
             # consume() returns early only once it has as many messages as asked for, else at its
             # timeout: ask for no more than the range can still hold, and wait briefly.
             wanted = min(ROWS_PER_ARROW_BATCH, max(offsets.end - position, 1))
             messages = consumer.consume(num_messages=wanted, timeout=CONSUME_WAIT_S)
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise KafkaException(error)
-                    done = True
-                    break
-                offset: int = message.offset()  # type: ignore[assignment]
-                if offset >= offsets.end:
-                    done = True
-                    break
-                pending.append(message)
-                position = offset + 1
-                if position >= offsets.end:
-                    done = True
-                    break
+            records, done = records_before(messages, offsets.end)
+            if records:
+                pending += records
+                position = records[-1].offset() + 1  # type: ignore[operator]
+                done = done or position >= offsets.end
             if messages:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
@@ -254,6 +254,26 @@ def read_range(
     _idle_consumers[key] = consumer
 
 
+def records_before(messages: list[Message], end: int) -> tuple[list[Message], bool]:
+    """The records in `messages` (one partition's, in offset order) before offset `end`, and
+    whether the range is done: a record at or past `end` came, or the end of the partition.
+    A few calls per batch in C, not a Python loop per record."""
+    errors = [message.error() for message in messages]
+    # By truth value: a KafkaError compared with None raises (confluent-kafka 2.x).
+    first_error = next(itertools.compress(itertools.count(), errors), len(messages))
+    if first_error < len(messages):
+        error = errors[first_error]
+        assert error is not None
+        if error.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(error)
+    records = messages[:first_error]
+    within = bisect.bisect_left(records, end, key=_offset)
+    return records[:within], within < len(records) or first_error < len(messages)
+
+
+_offset = operator.methodcaller("offset")
+
+
 def to_arrow(messages: list[Message], topic: str, partition: int) -> pa.RecordBatch:
     """The records as one Arrow batch, built a column at a time (1.6-1.9 us a record, against
     2.2-2.6 with a method call and a tuple per record and column)."""
@@ -271,7 +291,7 @@ def to_arrow(messages: list[Message], topic: str, partition: int) -> pa.RecordBa
         [
             [{"key": key, "value": value} for key, value in headers]  # type: ignore[str-unpack]
             if (headers := message.headers())
-            else []
+            else NO_HEADERS
             for message in messages
         ],
     ]
