@@ -52,7 +52,7 @@ ARROW_SCHEMA = pa.schema(
 EARLIEST, LATEST = -2, -1
 ROWS_PER_ARROW_BATCH = 10_000
 CONSUME_WAIT_S = 0.05
-FETCH_WAIT_MS = 20
+FETCH_WAIT_MS = 1
 FETCH_QUEUE_BACKOFF_MS = 10
 METADATA_TIMEOUT_S = 30.0
 NO_HEADERS = ()  # one object for every record without headers, not a new list each
@@ -168,7 +168,9 @@ def reader_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {
         # A read task knows its range is there (below the LSO): a fetch the broker holds back waiting
         # for more data only delays the partition's end-of-partition event, and the next task's first
-        # fetch on a reused consumer, by up to this long (librdkafka's default is 500 ms).
+        # fetch on a reused consumer, by up to this long (librdkafka's default is 500 ms): its
+        # prefetch past the last range waits in the broker, and a new partition's fetch goes out
+        # only after it. Read tasks of 50 records on a reused consumer: 22 ms at 20, 2.2 ms at 1.
         "fetch.wait.max.ms": FETCH_WAIT_MS,
         # librdkafka prefetches up to 100,000 records per partition (queued.min.messages), far past
         # a task's range, and a partition whose queue went over that waits fetch.queue.backoff.ms
