@@ -110,9 +110,10 @@ class OffsetPlanner:
             offsets[tp.topic][str(tp.partition)] = future.result(timeout=METADATA_TIMEOUT_S).offset
         return sorted_offsets(offsets)
 
-    def resolve(self, spec: str, option: str) -> Offsets:
-        """`earliest`, `latest` or JSON offsets (with -2/-1 meaning earliest/latest) made concrete."""
-        earliest, latest = self.bounds()
+    def resolve(self, spec: str, option: str, bounds: tuple[Offsets, Offsets] | None = None) -> Offsets:
+        """`earliest`, `latest` or JSON offsets (with -2/-1 meaning earliest/latest) made concrete,
+        against `bounds` if given (one listing for several specs), else fresh ones."""
+        earliest, latest = bounds if bounds is not None else self.bounds()
         if spec == "earliest":
             return earliest
         if spec == "latest":
@@ -312,8 +313,9 @@ class OnceflowBatchReader(DataSourceReader):
         self.options = options  # Spark's case-insensitive mapping: keep it, keys and all
         planner = OffsetPlanner(options)
         try:
-            start = planner.resolve(options.get("startingOffsets", "earliest"), "startingOffsets")
-            end = planner.resolve(options.get("endingOffsets", "latest"), "endingOffsets")
+            bounds = planner.bounds()
+            start = planner.resolve(options.get("startingOffsets", "earliest"), "startingOffsets", bounds)
+            end = planner.resolve(options.get("endingOffsets", "latest"), "endingOffsets", bounds)
         finally:
             planner.close()
         self.ranges = offset_ranges(start, end)
