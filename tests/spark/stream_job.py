@@ -36,6 +36,7 @@ def main() -> None:
     # attempts, as batches of 1000 had (the three tests: 115 s against 132 s, one run each).
     parser.add_argument("--max-offsets", type=int, default=2500)
     parser.add_argument("--slow-first-attempts", action="store_true")
+    parser.add_argument("--max-partitions", help="the source's maxPartitions (default: a task per partition)")
     args = parser.parse_args()
 
     builder = (
@@ -80,13 +81,17 @@ def main() -> None:
         elif not first_attempt:
             Path(fault + "-retry").touch()
 
-    query = (
+    source = (
         spark.readStream.format("onceflow")
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("subscribe", "input")
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", args.max_offsets)
-        .load()
+    )
+    if args.max_partitions is not None:
+        source = source.option("maxPartitions", args.max_partitions)
+    query = (
+        source.load()
         .select("key", "value")
         .mapInArrow(flaky_transform, "key binary, value binary")
         .writeStream.format("onceflow")

@@ -51,6 +51,17 @@ def test_batch_read_skips_aborted_data_and_markers(spark: SparkSession, broker: 
     assert offsets[-1] + 1 > len(offsets)
 
 
+def test_batch_read_in_fewer_tasks_than_partitions(spark: SparkSession, broker: EmbeddedBroker) -> None:
+    create(broker.bootstrap_servers, ("in", 5))
+    all_values = [f"v{n}" for n in range(500)]
+    committed = produce_transactions(broker.bootstrap_servers, "in", all_values, 100, 3, "feed")
+    frame = reader(spark, broker.bootstrap_servers, subscribe="in", maxPartitions="2")
+    assert frame.rdd.getNumPartitions() == 2
+    rows = frame.collect()
+    assert sorted(row.value.decode() for row in rows) == sorted(committed)
+    assert {row.partition for row in rows} == set(range(5))
+
+
 def test_batch_read_between_json_offsets(spark: SparkSession, broker: EmbeddedBroker) -> None:
     create(broker.bootstrap_servers, ("in", 1))
     produce_transactions(broker.bootstrap_servers, "in", [f"v{n}" for n in range(10)], 10, 0, "feed")
@@ -116,6 +127,8 @@ def test_bad_options_fail_with_a_clear_message(spark: SparkSession, broker: Embe
         reader(spark, broker.bootstrap_servers).collect()
     with pytest.raises(PySparkException, match="startingOffsets"):
         reader(spark, broker.bootstrap_servers, subscribe="x", startingOffsets="{oops").collect()
+    with pytest.raises(PySparkException, match="option 'maxPartitions' must be a positive integer"):
+        reader(spark, broker.bootstrap_servers, subscribe="x", maxPartitions="0").collect()
     frame = spark.createDataFrame([("x",)], "body string")
     with pytest.raises(PySparkException, match="needs a 'value' column"):
         frame.write.format("onceflow").option("kafka.bootstrap.servers", broker.bootstrap_servers).option(

@@ -127,11 +127,18 @@ def test_at_least_once_duplicates_under_the_same_faults(
 @pytest.mark.cluster
 def test_exactly_once_with_speculative_attempts(broker_process: BrokerProcess, tmp_path: Path) -> None:
     # Speculation needs a cluster with two hosts: Spark never speculates in local mode, nor runs
-    # a copy of a task on a host that already runs it. Driver kills are the test above's.
+    # a copy of a task on a host that already runs it. Driver kills are the test above's. The
+    # source reads the four partitions in two tasks, so a speculative copy reads several too.
     committed = feed(broker_process.bootstrap_servers)
     with standalone_cluster(tmp_path, worker_hosts=("127.0.0.1", "localhost")) as master:
         job = stream_job(
-            broker_process.bootstrap_servers, tmp_path, "exactly-once", master, "--slow-first-attempts"
+            broker_process.bootstrap_servers,
+            tmp_path,
+            "exactly-once",
+            master,
+            "--slow-first-attempts",
+            "--max-partitions",
+            "2",
         )
         output, faults = run_to_the_end(job, broker_process.bootstrap_servers, tmp_path)
     assert any(fault.endswith("-slow") for fault in faults)

@@ -15,7 +15,15 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from onceflow import EmbeddedBroker
 from onceflow.spark import source
 from onceflow.spark.sink import produce_batches
-from onceflow.spark.source import OffsetRange, OnceflowStreamReader, read_range, records_before
+from onceflow.spark.source import (
+    OffsetRange,
+    OnceflowStreamReader,
+    ReadTask,
+    read_range,
+    read_task,
+    read_tasks,
+    records_before,
+)
 from tests.broker.test_metrics import scrape, value
 from tests.spark.helpers import produce_transactions
 from tests.spark.test_data_source import create
@@ -142,6 +150,39 @@ def test_a_read_task_pauses_the_garbage_collector_until_it_ends(broker: Embedded
         for consumer in source._idle_consumers.values():
             consumer.close()
         source._idle_consumers.clear()
+
+
+def test_read_tasks_group_partitions_by_backlog_and_keep_the_plan_for_a_replay() -> None:
+    ranges = [OffsetRange("in", p, 100, 100 + size) for p, size in enumerate([10, 50, 20, 20, 5])]
+    assert read_tasks(ranges, None) == ranges
+    assert read_tasks(ranges, 5) == ranges
+    tasks = read_tasks(ranges, 2)
+    assert tasks == read_tasks(list(ranges), 2)  # a replay plans the same tasks
+    assert all(isinstance(task, ReadTask) for task in tasks)
+    members = [[offsets.partition for offsets in task.ranges] for task in tasks]  # type: ignore[attr-defined]
+    # Largest first, each to the lightest task: 50 | 20, 20 | 10 to the second (40 < 50) | 5 to
+    # the first (50 = 50, the first wins); each task reads in partition order.
+    assert members == [[1, 4], [0, 2, 3]]
+
+
+def test_a_read_task_reads_its_partitions_in_turn(broker: EmbeddedBroker) -> None:
+    bootstrap = broker.bootstrap_servers
+    create(bootstrap, ("in", 3))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for n in range(30):
+        producer.produce("in", f"v{n}".encode(), partition=n % 3)
+    assert producer.flush(30) == 0
+    task = ReadTask((OffsetRange("in", 2, 0, 10), OffsetRange("in", 0, 3, 10)))
+    try:
+        batches = list(read_task({"bootstrap.servers": bootstrap}, task, 30))
+        rows = [(row["partition"], row["value"]) for batch in batches for row in batch.to_pylist()]
+    finally:
+        for consumer in source._idle_consumers.values():
+            consumer.close()
+        source._idle_consumers.clear()
+    assert rows == [(2, f"v{n}".encode()) for n in range(2, 30, 3)] + [
+        (0, f"v{n}".encode()) for n in range(9, 30, 3)
+    ]
 
 
 class FakeMessage:

@@ -46,6 +46,16 @@ def sorted_offsets(offsets: Mapping[str, Mapping[str, int]]) -> Offsets:
     }
 
 
+def positive_int(options: Mapping[str, str], name: str) -> int | None:
+    """Option `name` as a positive integer, or None when it is not given."""
+    value = options.get(name)
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise OptionError(f"option {name!r} must be a positive integer, not {value!r}")
+    return int(value)
+
+
 def parse_offsets_json(text: str, option: str) -> Offsets:
     """`{"topic": {"0": 23, "1": -2}}` as Spark's Kafka source takes it (-2 earliest, -1 latest)."""
     try:

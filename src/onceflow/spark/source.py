@@ -30,6 +30,7 @@ from onceflow.spark.options import (
     Subscription,
     client_config,
     parse_offsets_json,
+    positive_int,
     sorted_offsets,
 )
 
@@ -144,6 +145,42 @@ def offset_ranges(start: Offsets, end: Offsets) -> list[OffsetRange]:
         for partition, stop in partitions.items()
         if start.get(topic, {}).get(partition, 0) < stop
     ]
+
+
+@dataclass(frozen=True)
+class ReadTask(InputPartition):
+    """Several partitions' ranges for one read task, read one after another."""
+
+    ranges: tuple[OffsetRange, ...]
+
+
+def read_tasks(ranges: list[OffsetRange], max_tasks: int | None) -> list[InputPartition]:
+    """A task per range, or at most `max_tasks`: the largest range first, each to the task with
+    the fewest offsets so far, each task's ranges then in (topic, partition) order. Spark runs a
+    Python data source's task at a cost of tens of ms, whatever its size, so a small cluster reads
+    faster with no more tasks than cores. Decided by the ranges alone: a replayed batch gives
+    every task the rows it gave it before."""
+    if max_tasks is None or len(ranges) <= max_tasks:
+        return list(ranges)
+    loads = [0] * max_tasks
+    members: list[list[OffsetRange]] = [[] for _ in range(max_tasks)]
+    # A stable sort: ranges of equal size keep their (topic, partition) order.
+    for offsets in sorted(ranges, key=lambda offsets: offsets.end - offsets.start, reverse=True):
+        lightest = loads.index(min(loads))
+        loads[lightest] += offsets.end - offsets.start
+        members[lightest].append(offsets)
+    return [
+        ReadTask(tuple(sorted(task, key=lambda offsets: (offsets.topic, offsets.partition))))
+        for task in members
+    ]
+
+
+def read_task(
+    config: Mapping[str, Any], task: InputPartition, stall_timeout_s: float
+) -> Iterator[pa.RecordBatch]:
+    """The records of a planned task: one range, or a ReadTask's ranges in turn."""
+    for offsets in task.ranges if isinstance(task, ReadTask) else (task,):
+        yield from read_range(config, offsets, stall_timeout_s)
 
 
 def limit_offsets(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
@@ -319,13 +356,13 @@ class OnceflowBatchReader(DataSourceReader):
             end = planner.resolve(options.get("endingOffsets", "latest"), "endingOffsets", bounds)
         finally:
             planner.close()
-        self.ranges = offset_ranges(start, end)
+        self.tasks = read_tasks(offset_ranges(start, end), positive_int(options, "maxPartitions"))
 
-    def partitions(self) -> list[OffsetRange]:
-        return self.ranges
+    def partitions(self) -> list[InputPartition]:
+        return self.tasks
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(client_config(self.options), partition, stall_timeout(self.options))
+        return read_task(client_config(self.options), partition, stall_timeout(self.options))
 
 
 class OnceflowStreamReader(DataSourceStreamReader):
@@ -334,10 +371,8 @@ class OnceflowStreamReader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = options  # Spark's case-insensitive mapping: keep it, keys and all
         self.planner = OffsetPlanner(options)
-        max_rows = options.get("maxOffsetsPerTrigger")
-        if max_rows is not None and (not max_rows.isdigit() or int(max_rows) < 1):
-            raise OptionError(f"option 'maxOffsetsPerTrigger' must be a positive integer, not {max_rows!r}")
-        self.max_rows = int(max_rows) if max_rows is not None else None
+        self.max_rows = positive_int(options, "maxOffsetsPerTrigger")
+        self.max_tasks = positive_int(options, "maxPartitions")
         self.last_latest: Offsets | None = None
 
     def initialOffset(self) -> Offsets:
@@ -362,11 +397,11 @@ class OnceflowStreamReader(DataSourceStreamReader):
     def reportLatestOffset(self) -> Offsets:
         return self.last_latest if self.last_latest is not None else self.planner.latest()
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[OffsetRange]:
-        return offset_ranges(start, end)
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+        return read_tasks(offset_ranges(start, end), self.max_tasks)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(client_config(self.options), partition, stall_timeout(self.options))
+        return read_task(client_config(self.options), partition, stall_timeout(self.options))
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint, not in a consumer group."""
