@@ -9,13 +9,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from onceflow import EmbeddedBroker
 from onceflow.spark import source
 from onceflow.spark.sink import produce_batches
 from onceflow.spark.source import (
+    ARROW_SCHEMA,
     OffsetRange,
     OnceflowStreamReader,
     ReadTask,
@@ -23,6 +26,7 @@ from onceflow.spark.source import (
     read_task,
     read_tasks,
     records_before,
+    to_arrow,
 )
 from tests.broker.test_metrics import scrape, value
 from tests.spark.helpers import produce_transactions
@@ -132,6 +136,61 @@ def test_a_read_task_gives_every_column_of_a_record(broker: EmbeddedBroker) -> N
         for consumer in source._idle_consumers.values():
             consumer.close()
         source._idle_consumers.clear()
+
+
+HEADER_LISTS = st.none() | st.lists(
+    st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=3)), max_size=2
+)
+
+
+@st.composite
+def consumed_batches(draw: st.DrawFn) -> list[Message]:
+    """One partition's records as a consumer hands them over: offsets increasing, with or without
+    gaps (markers, aborted data); one timestamp type or several; headers on none, some or all."""
+    count = draw(st.integers(1, 20))
+    gaps = draw(st.lists(st.integers(1, 3), min_size=count, max_size=count) | st.just([1] * count))
+    kinds = draw(
+        st.lists(st.sampled_from([0, 1, 2]), min_size=count, max_size=count) | st.sampled_from([0, 1, 2])
+    )
+    headers = draw(st.lists(HEADER_LISTS, min_size=count, max_size=count) | st.just([None] * count))
+    offset = draw(st.integers(0, 2**40))
+    messages = []
+    for n in range(count):
+        offset += gaps[n]
+        kind = kinds[n] if isinstance(kinds, list) else kinds
+        messages.append(
+            Message(
+                topic="t",
+                partition=3,
+                offset=offset,
+                key=draw(st.none() | st.binary(max_size=4)),
+                value=draw(st.none() | st.binary(max_size=4)),
+                timestamp=(kind, draw(st.integers(0, 2**41)) if kind else 0),
+                headers=headers[n],
+            )
+        )
+    return messages
+
+
+@given(consumed_batches())
+def test_a_batch_of_records_becomes_the_same_arrow_batch_as_record_by_record(messages: list[Message]) -> None:
+    expected = pa.RecordBatch.from_pylist(
+        [
+            {
+                "key": message.key(),
+                "value": message.value(),
+                "topic": "t",
+                "partition": 3,
+                "offset": message.offset(),
+                "timestamp": message.timestamp()[1] * 1000 if message.timestamp()[0] else None,
+                "timestampType": message.timestamp()[0] - 1 if message.timestamp()[0] else -1,
+                "headers": [{"key": key, "value": value} for key, value in message.headers() or []],
+            }
+            for message in messages
+        ],
+        schema=ARROW_SCHEMA,
+    )
+    assert to_arrow(messages, "t", 3).equals(expected)
 
 
 def test_a_read_task_pauses_the_garbage_collector_until_it_ends(broker: EmbeddedBroker) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
 import pyarrow as pa
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -38,6 +39,8 @@ SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
     "timestampType int, headers array<struct<key: string, value: binary>>"
 )
+MICROS, MILLIS = pa.timestamp("us", tz="UTC"), pa.timestamp("ms", tz="UTC")
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 ARROW_SCHEMA = pa.schema(
     [
         ("key", pa.binary()),
@@ -45,9 +48,9 @@ ARROW_SCHEMA = pa.schema(
         ("topic", pa.string()),
         ("partition", pa.int32()),
         ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestamp", MICROS),
         ("timestampType", pa.int32()),
-        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        ("headers", HEADERS),
     ]
 )
 EARLIEST, LATEST = -2, -1
@@ -56,7 +59,7 @@ CONSUME_WAIT_S = 0.05
 FETCH_WAIT_MS = 1
 FETCH_QUEUE_BACKOFF_MS = 10
 METADATA_TIMEOUT_S = 30.0
-NO_HEADERS = ()  # one object for every record without headers, not a new list each
+NO_HEADER_FIELDS = pa.array([], HEADERS.value_type)
 
 
 @dataclass(frozen=True)
@@ -315,29 +318,57 @@ _offset = operator.methodcaller("offset")
 
 
 def to_arrow(messages: list[Message], topic: str, partition: int) -> pa.RecordBatch:
-    """The records as one Arrow batch, built a column at a time (1.6-1.9 us a record, against
-    2.2-2.6 with a method call and a tuple per record and column, both with the garbage collector
-    running; 0.55-0.65 us once no record made a list of its own)."""
+    """The records (one partition's, in offset order) as one Arrow batch, built a column at a time.
+
+    A column that is the same for the whole batch, or that a few numbers describe (the topic, the
+    partition, contiguous offsets, one timestamp type, no headers), is built by Arrow in C rather
+    than from a Python object per record: 0.58 us a record against 0.75, 10,000 records a batch.
+    """
     count = len(messages)
-    stamps = [message.timestamp() for message in messages]
+    kinds, millis = zip(*[message.timestamp() for message in messages], strict=True)
+    headers = [message.headers() for message in messages]
     columns = [
-        [message.key() for message in messages],
-        [message.value() for message in messages],
-        [topic] * count,
-        [partition] * count,
-        [message.offset() for message in messages],
-        [millis * 1000 if kind else None for kind, millis in stamps],
-        # confluent-kafka: 1 create time, 2 log append time; Spark's Kafka source: 0 and 1.
-        [kind - 1 if kind else -1 for kind, _ in stamps],
-        [
-            [{"key": key, "value": value} for key, value in headers]  # type: ignore[str-unpack]
-            if (headers := message.headers())
-            else NO_HEADERS
-            for message in messages
-        ],
+        pa.array([message.key() for message in messages], pa.binary()),
+        pa.array([message.value() for message in messages], pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), count),
+        pa.repeat(pa.scalar(partition, pa.int32()), count),
+        _offsets(messages),
+        *_timestamps(kinds, millis),
+        _headers(headers),
     ]
-    arrays = [pa.array(column, type=field.type) for column, field in zip(columns, ARROW_SCHEMA, strict=True)]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _offsets(messages: list[Message]) -> pa.Array:
+    first, last = messages[0].offset(), messages[-1].offset()
+    assert first is not None and last is not None
+    if last - first == len(messages) - 1:  # increasing, so no gap: first, first + 1, ..., last
+        return pa.array(numpy.arange(first, last + 1, dtype=numpy.int64))
+    return pa.array([message.offset() for message in messages], pa.int64())
+
+
+def _timestamps(kinds: tuple[int, ...], millis: tuple[int, ...]) -> tuple[pa.Array, pa.Array]:
+    """The timestamp and timestampType columns. confluent-kafka's kinds: 0 none, 1 create time,
+    2 log append time; Spark's Kafka source says -1, 0 and 1."""
+    kind = kinds[0]
+    if kinds.count(kind) == len(kinds):
+        stamps = pa.array(millis, MILLIS).cast(MICROS) if kind else pa.nulls(len(kinds), MICROS)
+        return stamps, pa.repeat(pa.scalar(kind - 1 if kind else -1, pa.int32()), len(kinds))
+    return (
+        pa.array([ms * 1000 if each else None for each, ms in zip(kinds, millis, strict=True)], MICROS),
+        pa.array([each - 1 if each else -1 for each in kinds], pa.int32()),
+    )
+
+
+def _headers(headers: list[Any]) -> pa.Array:
+    """The headers column from what Message.headers() gave: None, or a list of (key, value)."""
+    if headers.count(None) == len(headers):  # no record has headers: every list is empty
+        offsets = pa.repeat(pa.scalar(0, pa.int32()), len(headers) + 1)
+        return pa.ListArray.from_arrays(offsets, NO_HEADER_FIELDS)
+    return pa.array(
+        [[{"key": key, "value": value} for key, value in pairs] if pairs else () for pairs in headers],
+        HEADERS,
+    )
 
 
 def stall_timeout(options: Mapping[str, str]) -> float:
