@@ -69,7 +69,8 @@ class Sizes:
     rounds: int
     spark_records: int  # 100-byte records in the topic the Spark queries and reads consume
     spark_max_offsets_per_trigger: int
-    spark_rounds: int  # of each guarantee's query and of each read; Spark runs are slow, so apart
+    spark_rounds: int  # of each guarantee's query; Spark runs are slow, so apart
+    spark_reads: int  # timed batch reads, after the queries (a read takes seconds, a query tens)
 
 
 FULL = Sizes(
@@ -83,6 +84,7 @@ FULL = Sizes(
     spark_records=1_000_000,
     spark_max_offsets_per_trigger=30_000,
     spark_rounds=2,
+    spark_reads=5,
 )
 QUICK = Sizes(
     produce_bytes={1000: 200 * MB, 100: 20 * MB},
@@ -95,6 +97,7 @@ QUICK = Sizes(
     spark_records=12_000,
     spark_max_offsets_per_trigger=4_000,
     spark_rounds=1,
+    spark_reads=1,
 )
 
 
@@ -681,7 +684,7 @@ def spark(run: Run) -> Outcome:
             quix_runs.append(_quixstreams_run(run, broker, quix_python, len(quix_runs) + 1))
         run.step(
             f"Spark job: {run.sizes.spark_rounds} x (exactly-once, at-least-once) query, maxOffsetsPerTrigger"
-            f" {run.sizes.spark_max_offsets_per_trigger:,}, then {run.sizes.spark_rounds} batch reads"
+            f" {run.sizes.spark_max_offsets_per_trigger:,}, then {run.sizes.spark_reads} timed batch reads"
         )
         job = run_script(
             [SPARK_JOB_SCRIPT],
@@ -692,6 +695,7 @@ def spark(run: Run) -> Outcome:
                 "records": records,
                 "max_offsets_per_trigger": run.sizes.spark_max_offsets_per_trigger,
                 "rounds": run.sizes.spark_rounds,
+                "reads": run.sizes.spark_reads,
                 "work_dir": run.new_dir("spark-job"),
             },
             timeout_s=3600,
@@ -741,6 +745,7 @@ def spark(run: Run) -> Outcome:
             "batch_latency": latencies,
             "batch_stage_median_ms": stages,
             "spark_read": job["read"],
+            "spark_read_warm_up": job["read_warm_up"],
             "consumer_read": consumer_reads,
         }
     )
