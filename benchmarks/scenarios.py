@@ -69,7 +69,7 @@ class Sizes:
     rounds: int
     spark_records: int  # 100-byte records in the topic the Spark queries and reads consume
     spark_max_offsets_per_trigger: int
-    spark_rounds: int  # of each guarantee's query; Spark runs are slow, so apart
+    spark_rounds: int  # of each guarantee's query (Spark runs are slow, so fewer than `rounds`)
     spark_reads: int  # timed batch reads, after the queries (a read takes seconds, a query tens)
 
 

@@ -165,7 +165,7 @@ def consumed_batches(draw: st.DrawFn) -> list[Message]:
                 offset=offset,
                 key=draw(st.none() | st.binary(max_size=4)),
                 value=draw(st.none() | st.binary(max_size=4)),
-                timestamp=(kind, draw(st.integers(0, 2**41)) if kind else 0),
+                timestamp=(kind, draw(st.integers(-1, 2**41)) if kind else 0),
                 headers=headers[n],
             )
         )
