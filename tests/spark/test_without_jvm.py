@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from onceflow import EmbeddedBroker
-from onceflow.spark import source
-from onceflow.spark.sink import produce_batches
+from onceflow.spark import sink, source
+from onceflow.spark.sink import EXACTLY_ONCE, SinkSettings, held_slot, produce_batches
 from onceflow.spark.source import (
     ARROW_SCHEMA,
     OffsetRange,
@@ -311,3 +311,42 @@ def test_the_sink_produces_records_from_arrow_columns(broker: EmbeddedBroker) ->
         ("default", 0, b"2", None, None),
         ("t1", 3, b"1", b"a", [("h", b"x")]),
     ]
+
+
+def test_a_kept_slot_fences_anew_instead_of_waiting_out_an_abandoned_attempt(broker: EmbeddedBroker) -> None:
+    """An attempt that staged its progress and was lost before committing leaves its transaction
+    open, and the progress partition unstable, for transaction.timeout.ms: a slot kept by a Python
+    worker from an earlier task must fence it (aborting it) rather than wait that out."""
+    bootstrap = broker.bootstrap_servers
+    create(bootstrap, ("out", 1))
+    timeout_ms = 60_000
+    settings = SinkSettings(
+        {"bootstrap.servers": bootstrap}, "out", EXACTLY_ONCE, None, "progress", 1, timeout_ms
+    )
+    settings.prepare()
+    rows = pa.RecordBatch.from_arrays([pa.array([b"v"], pa.binary())], names=["value"])
+    kept, batches_done = held_slot(settings, "q", 0, None)
+    lost = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": "q-0", "transaction.timeout.ms": timeout_ms}
+    )
+    slot = kept
+    try:
+        assert kept.write(0, batches_done, [rows]) == (1, False)
+        # Batch 1 on another worker: it fences the kept slot, stages its progress and is lost.
+        lost.init_transactions(30)
+        lost.begin_transaction()
+        progress = TopicPartition("progress", 0, 2)
+        lost.send_offsets_to_transaction([progress], kept.progress.consumer_group_metadata(), 30)
+        started = time.monotonic()
+        slot, batches_done = held_slot(settings, "q", 0, kept)
+        assert time.monotonic() - started < timeout_ms / 1000 / 3
+        # The new slot's fencing aborted the lost attempt: batch 1 is still to write, and lands.
+        assert slot is not kept and batches_done == 1
+        assert slot.write(1, batches_done, [rows]) == (1, False)
+        assert slot.batches_done() == 2
+    finally:
+        slot.close()
+        lost.flush(1)
+        for reader in sink._progress_readers.values():
+            reader.close()
+        sink._progress_readers.clear()
