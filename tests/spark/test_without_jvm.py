@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from onceflow import EmbeddedBroker
-from onceflow.spark import sink, source
-from onceflow.spark.sink import EXACTLY_ONCE, SinkSettings, held_slot, produce_batches
+from onceflow.spark import producing, source
+from onceflow.spark.producing import EXACTLY_ONCE, SinkSettings, held_slot, produce_batches
 from onceflow.spark.source import (
     ARROW_SCHEMA,
     OffsetRange,
@@ -331,7 +331,7 @@ def test_a_kept_slot_fences_anew_instead_of_waiting_out_an_abandoned_attempt(bro
     )
     slot = kept
     try:
-        assert kept.write(0, batches_done, [rows]) == (1, False)
+        assert batches_done == 0 and kept.write(0, [rows], lambda count: None) == 1
         # Batch 1 on another worker: it fences the kept slot, stages its progress and is lost.
         lost.init_transactions(30)
         lost.begin_transaction()
@@ -342,11 +342,11 @@ def test_a_kept_slot_fences_anew_instead_of_waiting_out_an_abandoned_attempt(bro
         assert time.monotonic() - started < timeout_ms / 1000 / 3
         # The new slot's fencing aborted the lost attempt: batch 1 is still to write, and lands.
         assert slot is not kept and batches_done == 1
-        assert slot.write(1, batches_done, [rows]) == (1, False)
+        assert slot.write(1, [rows], lambda count: None) == 1
         assert slot.batches_done() == 2
     finally:
         slot.close()
         lost.flush(1)
-        for reader in sink._progress_readers.values():
+        for reader in producing._progress_readers.values():
             reader.close()
-        sink._progress_readers.clear()
+        producing._progress_readers.clear()

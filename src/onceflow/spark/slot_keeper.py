@@ -1,0 +1,246 @@
+"""The slot keeper: one process per Spark executor that keeps the exactly-once sink's producers.
+
+A write slot's producer is worth keeping: building one and fencing the last (`init_transactions`)
+took 28 ms at the median, with CPU taken from the tasks. A Python worker cannot keep it: Spark lends
+a task the worker idle longest (`PythonWorkerFactory` queues idle workers first in, first out), so
+partition p's next write task nearly always runs in another worker, which fenced the last (79 of 84
+write tasks in a bench query). The keeper outlives the workers. The first exactly-once write task
+of an executor starts it, named after the process that forks the executor's Python workers (the
+owner), and it ends with that process. Every write task of the executor streams its rows to it over
+a Unix socket, in a private directory:
+
+    task -> keeper   (settings, prefix, partition, batch id)
+    keeper -> task   SKIP if the batch already landed (the task sends nothing more), else WRITE
+    task -> keeper   the task's Arrow batches, then None
+    keeper -> task   the number of records, once all of them are in the broker
+    task -> keeper   COMMIT
+    keeper -> task   COMMITTED
+
+Each answer is (OK, value) or (FAILED, the exception), which the task raises. A task that goes away
+before COMMIT leaves its slot closed and not kept, so the next attempt fences it, and its open
+transaction, anew: the fencing protocol of docs/design.md#the-spark-sinks-fencing-protocol is
+unchanged, only the producers live longer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from onceflow import failpoints
+from onceflow.spark.producing import SinkSettings, TransactionalSlot, held_slot
+
+OK, FAILED = "ok", "failed"
+SKIP, WRITE, COMMIT, COMMITTED = "skip", "write", "commit", "committed"
+KEEPER_START_TIMEOUT_S = 30.0
+# How soon a keeper notices that its executor is gone; it holds no state worth a faster exit.
+OWNER_CHECK_INTERVAL_S = 0.5
+
+
+def keeper_directory() -> Path:
+    """This user's directory of keeper sockets and locks, open to no one else."""
+    directory = Path(tempfile.gettempdir()) / f"onceflow-slot-keepers-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    if directory.stat().st_uid != os.getuid():
+        raise PermissionError(f"{directory} belongs to another user: the slot keeper will not use it")
+    return directory
+
+
+def keeper_address(owner: int) -> str:
+    return str(keeper_directory() / f"{owner}.sock")
+
+
+# The task's side.
+_started: list[subprocess.Popen[bytes]] = []
+
+
+def write_through_keeper(
+    owner: int,
+    settings: SinkSettings,
+    prefix: str,
+    partition: int,
+    batch_id: int,
+    batches: Iterable[pa.RecordBatch],
+) -> tuple[int, bool]:
+    """Write one task's batches through the keeper of process `owner`: (records, skipped)."""
+    with connect(owner) as keeper:
+        keeper.send((settings, prefix, partition, batch_id))
+        if answer(keeper) == SKIP:
+            return 0, True
+        try:
+            for batch in batches:
+                keeper.send(batch)
+            keeper.send(None)
+        except ConnectionError:
+            pass  # the keeper gave up on the write: its answer says why
+        count: int = answer(keeper)
+        # The moment to lose the executor: the rows are in the broker, in a transaction left open.
+        failpoints.hold("spark.sink.before-transaction-commit")
+        keeper.send(COMMIT)
+        answer(keeper)
+        return count, False
+
+
+def answer(keeper: Connection) -> Any:
+    try:
+        status, value = keeper.recv()
+    except EOFError:
+        raise RuntimeError("the slot keeper closed the connection: see the executor's log") from None
+    if status == FAILED:
+        raise value
+    return value
+
+
+def connect(owner: int) -> Connection:
+    """A connection to the keeper of process `owner`, started if there is none."""
+    address = keeper_address(owner)
+    deadline = time.monotonic() + KEEPER_START_TIMEOUT_S
+    started = False
+    while True:
+        try:
+            return Client(address, "AF_UNIX")
+        except (FileNotFoundError, ConnectionRefusedError):
+            if not started:
+                start_keeper(owner)
+                started = True
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the slot keeper did not start in {KEEPER_START_TIMEOUT_S:g} s: see the executor's log"
+                ) from None
+            time.sleep(0.02)
+
+
+def start_keeper(owner: int) -> None:
+    # Several tasks may start one at once: the first to take the lock serves, the others exit.
+    # It writes to the worker's stderr, which Spark keeps in the executor's log.
+    _started.append(
+        subprocess.Popen(
+            [sys.executable, "-c", f"from onceflow.spark.slot_keeper import serve; serve({owner})"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            # The modules the worker imports, even those Spark added to its path at run time.
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+    )
+
+
+# The keeper's side.
+_slots: dict[str, TransactionalSlot] = {}
+_slots_lock = threading.Lock()
+
+
+def serve(owner: int) -> None:
+    remove_leftovers()
+    lock_path = keeper_directory() / f"{owner}.lock"
+    lock = lock_path.open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return  # another keeper serves this owner
+    address = keeper_address(owner)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(address)  # left by a keeper that was killed
+    listener = Listener(address, "AF_UNIX")
+
+    def leave(*_: object) -> None:
+        for path in (address, lock_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        # Open transactions need nothing: the next producers of their slots fence them.
+        os._exit(0)
+
+    # PySpark's daemon ends its workers with SIGHUP to its process group, which the keeper is in.
+    signal.signal(signal.SIGHUP, leave)
+    signal.signal(signal.SIGTERM, leave)
+    threading.Thread(target=leave_with_owner, args=(owner, leave), daemon=True).start()
+    while True:
+        threading.Thread(target=serve_task, args=(listener.accept(),), daemon=True).start()
+
+
+def remove_leftovers() -> None:
+    """The socket and lock of keepers killed with their executors, whose owners are gone."""
+    for lock_path in keeper_directory().glob("*.lock"):
+        if lock_path.stem.isdigit() and not owner_alive(int(lock_path.stem)):
+            for path in (lock_path, lock_path.with_suffix(".sock")):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+
+def leave_with_owner(owner: int, leave: Callable[[], None]) -> None:
+    while owner_alive(owner):
+        time.sleep(OWNER_CHECK_INTERVAL_S)
+    leave()
+
+
+def owner_alive(owner: int) -> bool:
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def serve_task(task: Connection) -> None:
+    with task:
+        try:
+            write_task(task, *task.recv())
+        except (EOFError, ConnectionError):
+            pass  # the task is gone; its slot was closed
+        except BaseException as error:
+            with contextlib.suppress(ConnectionError):
+                task.send((FAILED, portable(error)))
+
+
+def write_task(task: Connection, settings: SinkSettings, prefix: str, partition: int, batch_id: int) -> None:
+    key = f"{prefix}-{partition}"
+    with _slots_lock:
+        kept = _slots.pop(key, None)
+    slot, batches_done = held_slot(settings, prefix, partition, kept)
+    try:
+        if batches_done > batch_id:
+            task.send((OK, SKIP))
+        else:
+            task.send((OK, WRITE))
+            slot.write(batch_id, iter(task.recv, None), lambda count: agree_to_commit(task, count))
+            task.send((OK, COMMITTED))
+    except BaseException:
+        # A fenced, failed or half-done slot is never reused: the next attempt fences it anew.
+        slot.close()
+        raise
+    with _slots_lock:
+        # A concurrent attempt of the same slot may have put back its own; one of the two is fenced.
+        displaced = _slots.get(key)
+        _slots[key] = slot
+    if displaced is not None:
+        displaced.close()
+
+
+def agree_to_commit(task: Connection, count: int) -> None:
+    task.send((OK, count))
+    if task.recv() != COMMIT:
+        raise RuntimeError("the write task did not ask for its commit")
+
+
+def portable(error: BaseException) -> BaseException:
+    """`error`, or its text if it cannot cross to the task (confluent-kafka's cannot be pickled)."""
+    try:
+        pickle.dumps(error)
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
