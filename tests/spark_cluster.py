@@ -101,19 +101,25 @@ def standalone_cluster(
             daemon.stop()
 
 
-def _parent(pid: int) -> int | None:
-    """The parent's pid, None when the process is gone."""
+def _stat(pid: int) -> tuple[int, int] | None:
+    """The parent's pid and the process group, None when the process is gone."""
     fields = stat_fields(Path(f"/proc/{pid}/stat"))
-    return None if fields is None else int(fields[1])
+    return None if fields is None else (int(fields[1]), int(fields[2]))
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
+def _processes() -> dict[int, tuple[int, int]]:
+    """Each live process's parent and process group."""
+    found = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            parent = _parent(int(entry.name))
-            if parent is not None:  # not gone meanwhile
-                children.setdefault(parent, []).append(int(entry.name))
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:  # not gone meanwhile
+            found[int(entry.name)] = stat
+    return found
+
+
+def _descendants(pid: int, processes: dict[int, tuple[int, int]]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in processes.items():
+        children.setdefault(parent, []).append(child)
     found: list[int] = []
     todo = [pid]
     while todo:
@@ -125,14 +131,20 @@ def _descendants(pid: int) -> list[int]:
 
 def kill_executor_running(pid: int) -> int:
     """SIGKILL the executor JVM that `pid` (a Python worker of a task) runs under, with all its
-    Python workers, as a lost machine would; the executor JVM's pid."""
+    Python workers and whatever they started, as a lost machine would; the executor JVM's pid."""
+    processes = _processes()
     executor = pid
     while b"CoarseGrainedExecutorBackend" not in Path(f"/proc/{executor}/cmdline").read_bytes():
-        parent = _parent(executor)
+        parent = processes.get(executor, (None, None))[0]
         assert parent is not None and parent > 1, f"process {pid} runs under no Spark executor"
         executor = parent
-    # Listed before the kill: a dead JVM's children move to another parent.
-    for victim in [executor, *_descendants(executor)]:
+    # Listed before the kill: a dead JVM's children move to another parent. PySpark's daemon leads a
+    # process group of its own, which keeps what its workers started (the sink's slot keeper) even
+    # once the worker that started it is gone.
+    victims = {executor, *_descendants(executor, processes)}
+    groups = {processes[victim][1] for victim in victims if victim in processes} - {processes[executor][1]}
+    victims |= {process for process, (_, group) in processes.items() if group in groups}
+    for victim in victims:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGKILL)
     return executor

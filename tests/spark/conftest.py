@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 import onceflow.spark
+from onceflow import EmbeddedBroker
 from onceflow.pipeline.driver import driver_env
+from tests.conftest import FAST_JOINS
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +31,10 @@ def spark() -> Iterator[SparkSession]:
     onceflow.spark.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    """The suite's broker, with metrics: some tests count the requests that clients send."""
+    with EmbeddedBroker(tmp_path / "data", config=FAST_JOINS, metrics_port=0) as running:
+        yield running

@@ -24,15 +24,6 @@ REQUESTS = "kafka_network_requestmetrics_requests_total"
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(tmp_path / "data", metrics_port=0) as running:
-        yield running
-    for reader in producing._progress_readers.values():
-        reader.close()
-    producing._progress_readers.clear()
-
-
-@pytest.fixture
 def owner() -> Iterator[subprocess.Popen[bytes]]:
     """Stands for the process that forks an executor's Python workers: its keeper ends with it."""
     process = subprocess.Popen(["sleep", "300"])

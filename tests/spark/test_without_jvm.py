@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from onceflow import EmbeddedBroker
-from onceflow.spark import producing, source
+from onceflow.spark import source
 from onceflow.spark.producing import EXACTLY_ONCE, SinkSettings, held_slot, produce_batches
 from onceflow.spark.source import (
     ARROW_SCHEMA,
@@ -31,15 +30,10 @@ from onceflow.spark.source import (
 from tests.broker.test_metrics import scrape, value
 from tests.spark.helpers import produce_transactions
 from tests.spark.test_data_source import create
+from tests.support import read_to_end, values
 
 LIST_OFFSETS = {"request": "ListOffsets", "api_key": "2"}
 REQUESTS = "kafka_network_requestmetrics_requests_total"
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
-    with EmbeddedBroker(tmp_path / "data", metrics_port=0) as running:
-        yield running
 
 
 def test_a_trigger_asks_for_all_partitions_offsets_in_one_request(broker: EmbeddedBroker) -> None:
@@ -313,40 +307,47 @@ def test_the_sink_produces_records_from_arrow_columns(broker: EmbeddedBroker) ->
     ]
 
 
-def test_a_kept_slot_fences_anew_instead_of_waiting_out_an_abandoned_attempt(broker: EmbeddedBroker) -> None:
-    """An attempt that staged its progress and was lost before committing leaves its transaction
-    open, and the progress partition unstable, for transaction.timeout.ms: a slot kept by a Python
-    worker from an earlier task must fence it (aborting it) rather than wait that out."""
+def test_a_kept_slot_that_another_producer_fenced_fails_and_the_retry_lands_once(
+    broker: EmbeddedBroker,
+) -> None:
+    """A kept slot trusts its own count of the batches landed, which holds while no other producer
+    fences it. Fenced by an attempt that landed nothing (here one lost with its progress staged and
+    its transaction open), it fails at its next transaction; the retry's new slot aborts the lost
+    attempt and lands the batch once."""
     bootstrap = broker.bootstrap_servers
     create(bootstrap, ("out", 1))
-    timeout_ms = 60_000
     settings = SinkSettings(
-        {"bootstrap.servers": bootstrap}, "out", EXACTLY_ONCE, None, "progress", 1, timeout_ms
+        {"bootstrap.servers": bootstrap}, "out", EXACTLY_ONCE, None, "progress", 1, 60_000
     )
     settings.prepare()
     rows = pa.RecordBatch.from_arrays([pa.array([b"v"], pa.binary())], names=["value"])
-    kept, batches_done = held_slot(settings, "q", 0, None)
-    lost = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": "q-0", "transaction.timeout.ms": timeout_ms}
-    )
-    slot = kept
+    kept = held_slot(settings, "q", 0, 0, None)
+    lost = Producer({"bootstrap.servers": bootstrap, "transactional.id": "q-0"})
     try:
-        assert batches_done == 0 and kept.write(0, [rows], lambda count: None) == 1
-        # Batch 1 on another worker: it fences the kept slot, stages its progress and is lost.
+        assert kept.batches_done == 0 and kept.write(0, [rows], lambda count: None) == 1
+        # Batch 1 on another executor: it fences the kept slot, stages its progress and is lost.
         lost.init_transactions(30)
         lost.begin_transaction()
         progress = TopicPartition("progress", 0, 2)
         lost.send_offsets_to_transaction([progress], kept.progress.consumer_group_metadata(), 30)
-        started = time.monotonic()
-        slot, batches_done = held_slot(settings, "q", 0, kept)
-        assert time.monotonic() - started < timeout_ms / 1000 / 3
-        # The new slot's fencing aborted the lost attempt: batch 1 is still to write, and lands.
-        assert slot is not kept and batches_done == 1
-        assert slot.write(1, [rows], lambda count: None) == 1
-        assert slot.batches_done() == 2
+        assert held_slot(settings, "q", 0, 1, kept) is kept
+        with pytest.raises(KafkaException, match="fenced"):
+            kept.write(1, [rows], lambda count: None)
     finally:
-        slot.close()
+        kept.abandon()
         lost.flush(1)
-        for reader in producing._progress_readers.values():
-            reader.close()
-        producing._progress_readers.clear()
+    retry = held_slot(settings, "q", 0, 1, None)
+    try:
+        assert retry.batches_done == 1
+        assert retry.write(1, [rows], lambda count: None) == 1
+    finally:
+        retry.close()
+    assert values(read_to_end(bootstrap, "out", 1, "read_committed")) == ["v", "v"]
+    # Not with other settings, nor once other producers landed batches (its count falls short).
+    slot = held_slot(settings, "q", 0, 2, None)
+    assert held_slot(settings, "q", 0, 2, slot) is slot
+    for batch_id, wanted in ((3, settings), (2, dataclasses.replace(settings, topic="elsewhere"))):
+        built = held_slot(wanted, "q", 0, batch_id, slot)
+        assert built is not slot
+        slot = built
+    slot.close()

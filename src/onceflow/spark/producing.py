@@ -14,8 +14,7 @@ task (a deterministic plan), as Spark's replay from the checkpoint does.
 
 from __future__ import annotations
 
-import json
-import threading
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -37,11 +36,8 @@ DEFAULT_PROGRESS_TOPIC = "onceflow-progress"
 DEFAULT_PROGRESS_PARTITIONS = 200
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 CLIENT_TIMEOUT_S = 60.0
-# How long a slot kept from an earlier task waits to read its progress before fencing anew. A
-# committed offset reads in milliseconds (3.7 ms p50, 25 ms at most, in a loaded bench query), but
-# offsets staged by an attempt that failed before committing keep the partition unstable until its
-# transaction times out (a minute by default); a new slot's init_transactions aborts it at once.
-KEPT_SLOT_CHECK_TIMEOUT_S = 2.0
+# How long a failed task's slot may take to abort its transaction.
+ABORT_TIMEOUT_S = 10.0
 WRITABLE_COLUMNS = {"key", "value", "topic", "partition", "headers"}
 # A write task only needs to hear of failed deliveries, so its producers report nothing else and
 # are polled only when their queue is full. A Python callback and a poll per record, with keyword
@@ -117,31 +113,49 @@ class TransactionalSlot:
     def __init__(self, settings: SinkSettings, prefix: str, partition: int) -> None:
         self.settings = settings
         self.partition = partition
-        self.progress_offset = TopicPartition(settings.progress_topic, partition)
-        # The progress this producer itself last saw or made; any other value means another
-        # producer (of another executor, or a retry's) has taken the slot over since, fencing this one.
-        self.batches_done_here: int | None = None
-        self.progress = progress_reader(settings, prefix)
-        self._check_progress_partition()
-        # A slot whose task failed is never used again, so its first failure is all it needs.
-        self.delivery = DeliveryErrors()
-        self.producer = Producer(
+        self.progress = Consumer(
             {
-                **PRODUCER_DEFAULTS,
+                **QUICK_START,
                 **settings.config,
-                "on_delivery": self.delivery,
-                "transactional.id": f"{prefix}-{partition}",
-                "transaction.timeout.ms": settings.transaction_timeout_ms,
-                "enable.idempotence": True,
-                "acks": "all",
+                "group.id": prefix,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
             }
         )
+        try:
+            self._check_progress_partition()
+            # A slot whose task failed is never used again, so its first failure is all it needs.
+            self.delivery = DeliveryErrors()
+            self.producer = Producer(
+                {
+                    **PRODUCER_DEFAULTS,
+                    **settings.config,
+                    "on_delivery": self.delivery,
+                    "transactional.id": f"{prefix}-{partition}",
+                    "transaction.timeout.ms": settings.transaction_timeout_ms,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                }
+            )
+            self._init_transactions()
+            # Read once, right after fencing every earlier producer of the slot; from then on the
+            # slot counts what it commits itself. The count is exact for as long as no other
+            # producer fences this one, and a fenced producer fails at its next transaction.
+            progress = TopicPartition(settings.progress_topic, partition)
+            self.batches_done: int = max(
+                self.progress.committed([progress], timeout=CLIENT_TIMEOUT_S)[0].offset, 0
+            )
+        except BaseException:
+            self.progress.close()
+            raise
+
+    def _init_transactions(self) -> None:
         try:
             self.producer.init_transactions(CLIENT_TIMEOUT_S)
         except KafkaException as error:
             if error.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
                 raise OptionError(
-                    f"the broker refuses transaction.timeout.ms={settings.transaction_timeout_ms}: "
+                    f"the broker refuses transaction.timeout.ms={self.settings.transaction_timeout_ms}: "
                     "it is above the broker's transaction.max.timeout.ms"
                 ) from error
             raise
@@ -157,23 +171,6 @@ class TransactionalSlot:
                 "write with fewer tasks or use a progressTopic with more partitions"
             )
 
-    def batches_done(self, timeout_s: float = CLIENT_TIMEOUT_S) -> int:
-        """How many batches of this slot have landed: the committed progress offset."""
-        committed = self.progress.committed([self.progress_offset], timeout=timeout_s)[0]
-        return max(committed.offset, 0)
-
-    def batches_done_if_still_held(self) -> int | None:
-        """For a slot kept from an earlier task: the batches landed if this producer still holds
-        the slot, None if another took it over since, or if the progress stays unstable (another
-        attempt's offsets staged in a transaction left open: only fencing ends it quickly)."""
-        try:
-            batches_done = self.batches_done(KEPT_SLOT_CHECK_TIMEOUT_S)
-        except KafkaException as error:
-            if error.args[0].code() != KafkaError._TIMED_OUT:
-                raise
-            return None
-        return batches_done if batches_done == self.batches_done_here else None
-
     def write(
         self, batch_id: int, batches: Iterable[pa.RecordBatch], before_commit: Callable[[int], None]
     ) -> int:
@@ -184,7 +181,14 @@ class TransactionalSlot:
         count = produce_batches(
             self.producer, batches, self.settings.topic, lambda: self._check_time(batch_id, began)
         )
-        self.producer.flush(CLIENT_TIMEOUT_S)
+        try:
+            self.producer.flush(CLIENT_TIMEOUT_S)
+        except SystemError as error:
+            # confluent-kafka 2.16 raises a fatal error (such as being fenced) met while it calls the
+            # delivery callback as a SystemError, caused by the KafkaException that says what it is.
+            if isinstance(error.__cause__, KafkaException):
+                raise error.__cause__ from None
+            raise
         self.delivery.raise_first()
         self._check_time(batch_id, began)
         before_commit(count)
@@ -193,7 +197,7 @@ class TransactionalSlot:
             [offset], self.progress.consumer_group_metadata(), CLIENT_TIMEOUT_S
         )
         self.producer.commit_transaction(CLIENT_TIMEOUT_S)
-        self.batches_done_here = batch_id + 1
+        self.batches_done = batch_id + 1
         return count
 
     def _check_time(self, batch_id: int, began: float) -> None:
@@ -206,55 +210,29 @@ class TransactionalSlot:
                 "the broker's transaction.max.timeout.ms) or lower maxOffsetsPerTrigger"
             )
 
+    def abandon(self) -> None:
+        """Close the slot of a task that failed, aborting its open transaction, if any, so that
+        read_committed readers of its topics need not wait for the next attempt to fence it."""
+        with contextlib.suppress(KafkaException):  # none open, or this producer was fenced
+            self.producer.abort_transaction(ABORT_TIMEOUT_S)
+        self.close()
+
     def close(self) -> None:
         self.producer.flush(1.0)
-
-
-# One progress reader per query (its prefix) and client config: the group's committed offsets
-# are the same for every slot, and a reader is never fenced.
-_progress_readers: dict[str, Consumer] = {}
-_progress_readers_lock = threading.Lock()
-
-
-def progress_reader(settings: SinkSettings, prefix: str) -> Consumer:
-    key = json.dumps([prefix, sorted(settings.config.items())], default=str)
-    with _progress_readers_lock:
-        reader = _progress_readers.get(key)
-        if reader is None:
-            reader = Consumer(
-                {
-                    **QUICK_START,
-                    **settings.config,
-                    "group.id": prefix,
-                    "isolation.level": "read_committed",
-                    "enable.auto.commit": False,
-                }
-            )
-            _progress_readers[key] = reader
-        return reader
+        self.progress.close()
 
 
 def held_slot(
-    settings: SinkSettings, prefix: str, partition: int, kept: TransactionalSlot | None
-) -> tuple[TransactionalSlot, int]:
-    """The slot `kept` from an earlier task if it still holds the transactional id, else a new one
-    (which fences every other), with the batches landed."""
+    settings: SinkSettings, prefix: str, partition: int, batch_id: int, kept: TransactionalSlot | None
+) -> TransactionalSlot:
+    """The slot `kept` from an earlier task, unless it was built with other settings or its count
+    of batches landed falls short of `batch_id` (other producers landed the batches between); else a
+    new slot, which fences every other."""
     if kept is not None:
-        try:
-            batches_done = kept.batches_done_if_still_held()
-        except BaseException:
-            kept.close()
-            raise
-        if batches_done is not None:
-            return kept, batches_done
+        if kept.settings == settings and kept.batches_done >= batch_id:
+            return kept
         kept.close()
-    slot = TransactionalSlot(settings, prefix, partition)
-    try:
-        slot.batches_done_here = slot.batches_done()
-        return slot, slot.batches_done_here
-    except BaseException:
-        slot.close()
-        raise
+    return TransactionalSlot(settings, prefix, partition)
 
 
 class DeliveryErrors:

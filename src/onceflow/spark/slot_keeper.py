@@ -16,10 +16,11 @@ a Unix socket, in a private directory:
     task -> keeper   COMMIT
     keeper -> task   COMMITTED
 
-Each answer is (OK, value) or (FAILED, the exception), which the task raises. A task that goes away
-before COMMIT leaves its slot closed and not kept, so the next attempt fences it, and its open
-transaction, anew: the fencing protocol of docs/design.md#the-spark-sinks-fencing-protocol is
-unchanged, only the producers live longer.
+Each answer is (OK, value) or (FAILED, the exception), which the task raises. A task that fails or
+goes away before COMMIT has its transaction aborted and its slot closed, not kept. A kept slot
+skips the progress read and trusts its own count of the batches landed, which is safe because a
+producer that another fenced fails at its next transaction: see
+docs/design.md#the-spark-sinks-fencing-protocol.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ SKIP, WRITE, COMMIT, COMMITTED = "skip", "write", "commit", "committed"
 KEEPER_START_TIMEOUT_S = 30.0
 # How soon a keeper notices that its executor is gone; it holds no state worth a faster exit.
 OWNER_CHECK_INTERVAL_S = 0.5
+# A slot unused this long is closed: its query stopped or its tasks run on other executors now,
+# and a batch write's slots (a fresh prefix per write) are never used again.
+IDLE_SLOT_TIMEOUT_S = 300.0
 
 
 def keeper_directory() -> Path:
@@ -107,6 +111,8 @@ def answer(keeper: Connection) -> Any:
 
 def connect(owner: int) -> Connection:
     """A connection to the keeper of process `owner`, started if there is none."""
+    if owner <= 1:
+        raise RuntimeError("this Python worker outlived the process that started it: no keeper to follow")
     address = keeper_address(owner)
     deadline = time.monotonic() + KEEPER_START_TIMEOUT_S
     started = False
@@ -127,6 +133,7 @@ def connect(owner: int) -> Connection:
 def start_keeper(owner: int) -> None:
     # Several tasks may start one at once: the first to take the lock serves, the others exit.
     # It writes to the worker's stderr, which Spark keeps in the executor's log.
+    _started[:] = [keeper for keeper in _started if keeper.poll() is None]  # reaped once they end
     _started.append(
         subprocess.Popen(
             [sys.executable, "-c", f"from onceflow.spark.slot_keeper import serve; serve({owner})"],
@@ -139,7 +146,8 @@ def start_keeper(owner: int) -> None:
 
 
 # The keeper's side.
-_slots: dict[str, TransactionalSlot] = {}
+# Each kept slot with the time its last task ended.
+_slots: dict[str, tuple[TransactionalSlot, float]] = {}
 _slots_lock = threading.Lock()
 
 
@@ -166,7 +174,7 @@ def serve(owner: int) -> None:
     # PySpark's daemon ends its workers with SIGHUP to its process group, which the keeper is in.
     signal.signal(signal.SIGHUP, leave)
     signal.signal(signal.SIGTERM, leave)
-    threading.Thread(target=leave_with_owner, args=(owner, leave), daemon=True).start()
+    threading.Thread(target=look_after, args=(owner, leave), daemon=True).start()
     while True:
         threading.Thread(target=serve_task, args=(listener.accept(),), daemon=True).start()
 
@@ -180,8 +188,9 @@ def remove_leftovers() -> None:
                     os.unlink(path)
 
 
-def leave_with_owner(owner: int, leave: Callable[[], None]) -> None:
+def look_after(owner: int, leave: Callable[[], None]) -> None:
     while owner_alive(owner):
+        close_idle_slots()
         time.sleep(OWNER_CHECK_INTERVAL_S)
     leave()
 
@@ -210,25 +219,37 @@ def serve_task(task: Connection) -> None:
 def write_task(task: Connection, settings: SinkSettings, prefix: str, partition: int, batch_id: int) -> None:
     key = f"{prefix}-{partition}"
     with _slots_lock:
-        kept = _slots.pop(key, None)
-    slot, batches_done = held_slot(settings, prefix, partition, kept)
+        kept, _ = _slots.pop(key, (None, 0.0))
+    slot = held_slot(settings, prefix, partition, batch_id, kept)
     try:
-        if batches_done > batch_id:
-            task.send((OK, SKIP))
-        else:
+        landed = slot.batches_done > batch_id
+        if not landed:
             task.send((OK, WRITE))
             slot.write(batch_id, iter(task.recv, None), lambda count: agree_to_commit(task, count))
-            task.send((OK, COMMITTED))
     except BaseException:
         # A fenced, failed or half-done slot is never reused: the next attempt fences it anew.
-        slot.close()
+        slot.abandon()
         raise
+    keep(key, slot)
+    task.send((OK, SKIP if landed else COMMITTED))
+
+
+def keep(key: str, slot: TransactionalSlot) -> None:
     with _slots_lock:
         # A concurrent attempt of the same slot may have put back its own; one of the two is fenced.
-        displaced = _slots.get(key)
-        _slots[key] = slot
+        displaced, _ = _slots.get(key, (None, 0.0))
+        _slots[key] = (slot, time.monotonic())
     if displaced is not None:
         displaced.close()
+
+
+def close_idle_slots() -> None:
+    now = time.monotonic()
+    with _slots_lock:
+        idle = [key for key, (_, used) in _slots.items() if now - used > IDLE_SLOT_TIMEOUT_S]
+        closing = [_slots.pop(key)[0] for key in idle]
+    for slot in closing:
+        slot.close()
 
 
 def agree_to_commit(task: Connection, count: int) -> None:
@@ -240,7 +261,7 @@ def agree_to_commit(task: Connection, count: int) -> None:
 def portable(error: BaseException) -> BaseException:
     """`error`, or its text if it cannot cross to the task (confluent-kafka's cannot be pickled)."""
     try:
-        pickle.dumps(error)
+        pickle.loads(pickle.dumps(error))
     except Exception:
         return RuntimeError(f"{type(error).__name__}: {error}")
     return error
