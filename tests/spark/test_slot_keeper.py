@@ -14,7 +14,14 @@ import pytest
 from onceflow import EmbeddedBroker
 from onceflow.spark import producing, slot_keeper
 from onceflow.spark.producing import EXACTLY_ONCE, SinkSettings
-from onceflow.spark.slot_keeper import WRITE, answer, connect, keeper_address, write_through_keeper
+from onceflow.spark.slot_keeper import (
+    WRITE,
+    answer,
+    connect,
+    keeper_address,
+    send_batches,
+    write_through_keeper,
+)
 from tests.broker.test_metrics import scrape, value
 from tests.spark.test_data_source import create
 from tests.support import read_to_end, values
@@ -76,6 +83,9 @@ def test_the_keeper_keeps_each_slots_producer_from_task_to_task(
     # A replay of a batch that landed writes nothing.
     assert write_through_keeper(owner.pid, settings, "q", 0, 1, [rows("again")]) == (0, True)
     assert write_through_keeper(owner.pid, settings, "q", 0, 2, [rows("d")]) == (1, False)
+    # A task with no rows still lands its batch (its progress), and a replay skips it.
+    assert write_through_keeper(owner.pid, settings, "q", 1, 1, []) == (0, False)
+    assert write_through_keeper(owner.pid, settings, "q", 1, 1, [rows("again")]) == (0, True)
     # The producers that wrote batch 0 wrote them all: no task fenced one with a new one.
     assert producers_built(broker) == 2
     committed = values(read_to_end(broker.bootstrap_servers, "out", 2, "read_committed"))
@@ -88,8 +98,7 @@ def test_a_task_gone_before_its_commit_leaves_nothing_and_its_retry_lands_once(
     with connect(owner.pid) as keeper:
         keeper.send((settings, "q", 0, 0))
         assert answer(keeper) == WRITE
-        keeper.send(rows("lost"))
-        keeper.send(None)
+        send_batches(keeper, [rows("lost")])
         assert answer(keeper) == 1  # in the broker, in an open transaction; then the task is gone
     assert write_through_keeper(owner.pid, settings, "q", 0, 0, [rows("retried")]) == (1, False)
     assert values(read_to_end(broker.bootstrap_servers, "out", 2, "read_committed")) == ["retried"]

@@ -11,7 +11,7 @@ a Unix socket, in a private directory:
 
     task -> keeper   (settings, prefix, partition, batch id)
     keeper -> task   SKIP if the batch already landed (the task sends nothing more), else WRITE
-    task -> keeper   the task's Arrow batches, then None
+    task -> keeper   the task's Arrow schema and batches (IPC messages), then END
     keeper -> task   the number of records, once all of them are in the broker
     task -> keeper   COMMIT
     keeper -> task   COMMITTED
@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from onceflow.spark.producing import SinkSettings, TransactionalSlot, held_slot
 
 OK, FAILED = "ok", "failed"
 SKIP, WRITE, COMMIT, COMMITTED = "skip", "write", "commit", "committed"
+END = b""  # after a task's last batch
 KEEPER_START_TIMEOUT_S = 30.0
 # How soon a keeper notices that its executor is gone; it holds no state worth a faster exit.
 OWNER_CHECK_INTERVAL_S = 0.5
@@ -85,18 +86,35 @@ def write_through_keeper(
         keeper.send((settings, prefix, partition, batch_id))
         if answer(keeper) == SKIP:
             return 0, True
-        try:
-            for batch in batches:
-                keeper.send(batch)
-            keeper.send(None)
-        except ConnectionError:
-            pass  # the keeper gave up on the write: its answer says why
+        # If the keeper gives up on the write midway, its answer says why.
+        with contextlib.suppress(ConnectionError):
+            send_batches(keeper, batches)
         count: int = answer(keeper)
         # The moment to lose the executor: the rows are in the broker, in a transaction left open.
         failpoints.hold("spark.sink.before-transaction-commit")
         keeper.send(COMMIT)
         answer(keeper)
         return count, False
+
+
+def send_batches(keeper: Connection, batches: Iterable[pa.RecordBatch]) -> None:
+    """The batches in Arrow's IPC format (a tenth of pickle's time), the schema first, then END."""
+    schema = None
+    for batch in batches:
+        if schema is None:
+            schema = batch.schema
+            keeper.send_bytes(schema.serialize())
+        keeper.send_bytes(batch.serialize())
+    keeper.send_bytes(END)
+
+
+def received_batches(task: Connection) -> Iterator[pa.RecordBatch]:
+    message = task.recv_bytes()
+    if message == END:
+        return
+    schema = pa.ipc.read_schema(pa.py_buffer(message))
+    while (message := task.recv_bytes()) != END:
+        yield pa.ipc.read_record_batch(pa.py_buffer(message), schema)
 
 
 def answer(keeper: Connection) -> Any:
@@ -225,7 +243,7 @@ def write_task(task: Connection, settings: SinkSettings, prefix: str, partition:
         landed = slot.batches_done > batch_id
         if not landed:
             task.send((OK, WRITE))
-            slot.write(batch_id, iter(task.recv, None), lambda count: agree_to_commit(task, count))
+            slot.write(batch_id, received_batches(task), lambda count: agree_to_commit(task, count))
     except BaseException:
         # A fenced, failed or half-done slot is never reused: the next attempt fences it anew.
         slot.abandon()
