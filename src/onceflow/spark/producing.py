@@ -184,11 +184,12 @@ class TransactionalSlot:
         try:
             self.producer.flush(CLIENT_TIMEOUT_S)
         except SystemError as error:
-            # confluent-kafka 2.16 raises a fatal error (such as being fenced) met while it calls the
-            # delivery callback as a SystemError, caused by the KafkaException that says what it is.
+            # confluent-kafka 2.16 turns a fatal error met while it calls the delivery callback (such
+            # as being fenced) into a SystemError, caused by the KafkaException that says what it is
+            # or, now and then, by nothing at all.
             if isinstance(error.__cause__, KafkaException):
                 raise error.__cause__ from None
-            raise
+            raise KafkaException(self.delivery.first or KafkaError(KafkaError._FATAL, str(error))) from error
         self.delivery.raise_first()
         self._check_time(batch_id, began)
         before_commit(count)
