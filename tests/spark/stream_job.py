@@ -3,8 +3,8 @@
 Run as a script, so the transform is pickled by value and needs no import path on the workers.
 It prints one JSON line per finished micro-batch with the source's end offsets, and runs until
 it is killed. Some first task attempts fail after they have produced all their rows (faults in
---faults-dir record each one); with --slow-first-attempts, first attempts stall instead, so that
-speculative copies overtake them.
+--faults-dir record each one); with --slow-first-attempts, some first attempts stall instead
+until a speculative copy of theirs runs.
 """
 
 from __future__ import annotations
@@ -66,20 +66,27 @@ def main() -> None:
         batch_id = context.getLocalProperty("streaming.sql.batchId")
         first_attempt = context.attemptNumber() == 0
         chosen = (int(batch_id or 0) + context.partitionId()) % 3 == 0
-        fault = f"{faults_dir}/b{batch_id}-p{context.partitionId()}-a{context.attemptNumber()}"
+        task = f"{faults_dir}/b{batch_id}-p{context.partitionId()}"
+        fault = f"{task}-a{context.attemptNumber()}"
+        if not first_attempt:
+            Path(fault + "-retry").touch()
         for batch in batches:
             value = pc.binary_join_element_wise(batch.column("value"), pa.scalar(b"|done"), pa.scalar(b""))
             yield pa.RecordBatch.from_arrays([batch.column("key"), value], names=["key", "value"])
         if first_attempt and chosen and slow:
             Path(fault + "-slow").touch()
-            time.sleep(4)
+            # Until a speculative copy runs (at most a minute), however slowly it starts on a busy
+            # machine: a fixed stall let the first attempt finish before its copy now and then.
+            deadline = time.monotonic() + 60
+            while (
+                not list(Path(faults_dir).glob(f"{Path(task).name}-a*-retry")) and time.monotonic() < deadline
+            ):
+                time.sleep(0.1)
         elif first_attempt and chosen:
             # After every row has gone downstream, so an at-least-once sink has sent them.
             Path(fault + "-failed").touch()
             time.sleep(0.5)
             raise RuntimeError("injected task failure")
-        elif not first_attempt:
-            Path(fault + "-retry").touch()
 
     source = (
         spark.readStream.format("onceflow")
