@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -184,8 +185,9 @@ def test_an_unclean_election_truncates_what_only_the_old_leader_had_and_a_clean_
     assert write(cluster, risky_leader, "risky", b"after") == ErrorCode.none
     values = [value for _, value in fetch_log(cluster.brokers[risky_leader].bootstrap_servers, "risky")]
     assert values == [b"everywhere", b"after"]  # two acknowledged records lost
-    safe = cluster.partition(risky_leader, "safe")
-    assert (safe.leader_id, safe.isr_nodes) == (-1, (1,))
+    # The controller's news of the other partition may reach this broker a moment later.
+    offline = (-1, (1,))
+    wait_until(lambda: _leader_and_isr(cluster.partition(risky_leader, "safe")) == offline, timeout_s=30)
     assert write(cluster, risky_leader, "safe", b"refused", acks=1) == ErrorCode.not_leader_or_follower
 
     wait_until(lambda: 1 not in [broker.node_id for broker in cluster.metadata(2).brokers], timeout_s=60)
@@ -198,3 +200,7 @@ def test_an_unclean_election_truncates_what_only_the_old_leader_had_and_a_clean_
     wait_until(lambda: _log_bytes(old) == _log_bytes(new), timeout_s=30)  # the extra records are cut
     checkpoint = "leader-epoch-checkpoint"
     assert (old / checkpoint).read_text() == (new / checkpoint).read_text()
+
+
+def _leader_and_isr(partition: Any) -> tuple[int, tuple[int, ...]]:
+    return partition.leader_id, tuple(partition.isr_nodes)
