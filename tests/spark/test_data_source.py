@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from onceflow import EmbeddedBroker
+from onceflow.admin.client import Cluster
 from onceflow.spark.source import limit_offsets
 from tests.spark.helpers import produce_transactions
 from tests.support import read_to_end, values
@@ -189,3 +191,80 @@ def test_a_write_longer_than_the_transaction_timeout_fails_fast(
             "topic", "slow"
         ).option("kafka.transaction.timeout.ms", "1000").mode("append").save()
     assert values(read_to_end(broker.bootstrap_servers, "slow", 1, "read_committed")) == []
+
+
+def test_a_write_task_killed_between_two_arrow_batches_commits_none_of_them(
+    spark: SparkSession, broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A killed task's JVM closes its Python worker's socket without killing the worker, and a
+    cut between two Arrow batches reads as the end of the stream. The sink must not commit
+    then: the batch would count as done with part of its rows, and its rerun would skip the
+    rest."""
+    bootstrap = broker.bootstrap_servers
+    create(bootstrap, ("in", 1), ("out", 1))
+    producer = Producer({"bootstrap.servers": bootstrap})
+    inputs = [f"{n:04d}" + "x" * 1000 for n in range(300)] + ["stall"] + [f"after{n}" for n in range(50)]
+    for value in inputs:
+        producer.produce("in", value=value)
+    producer.flush(30)
+
+    def run(value: str) -> StreamingQuery:
+        return (
+            spark.readStream.format("onceflow")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", "in")
+            .option("startingOffsets", "earliest")
+            .load()
+            .selectExpr(f"{value} AS value")
+            .writeStream.format("onceflow")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", "out")
+            .option("transactionalIdPrefix", "cut")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .start()
+        )
+
+    text = "CAST(value AS STRING)"
+    # The JVM sleeps on one row, after the sink got batches of the rows before it; stopping the
+    # query interrupts the sleep, so the task ends at once and Spark closes the worker's socket.
+    stall = "reflect('java.lang.Thread', 'sleep', CAST(60000 AS BIGINT))"
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        query = run(f"CASE WHEN {text} = 'stall' THEN concat({text}, {stall}) ELSE {text} END")
+        try:
+            wait_until(lambda: high_watermark(bootstrap, "out") > 0, 60, "the sink to produce")
+        finally:
+            query.stop()
+        with Cluster(bootstrap, 10) as cluster:
+            wait_until(
+                lambda: cluster.describe_transactions(["cut-0"])["cut-0"].state != "Ongoing",
+                30,
+                "the killed task's transaction to end",
+            )
+            ended = cluster.describe_transactions(["cut-0"])["cut-0"].state
+        assert ended == "CompleteAbort"
+        query = run(text)
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert Counter(values(read_to_end(bootstrap, "out", 1, "read_committed"))) == Counter(inputs)
+
+
+def high_watermark(bootstrap: str, topic: str) -> int:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "watermark", "isolation.level": "read_uncommitted"}
+    )
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import socket
 import time
 
 import pyarrow as pa
@@ -27,6 +28,7 @@ from onceflow.spark.source import (
     records_before,
     to_arrow,
 )
+from onceflow.spark.task_input import InputCutOff, whole_input
 from tests.broker.test_metrics import scrape, value
 from tests.spark.helpers import produce_transactions
 from tests.spark.test_data_source import create
@@ -351,3 +353,40 @@ def test_a_kept_slot_that_another_producer_fenced_fails_and_the_retry_lands_once
         assert built is not slot
         slot = built
     slot.close()
+
+
+# A stand-in for PySpark's worker loop: `whole_input` looks for `infile` in `pyspark.worker.main`.
+_WORKER_MODULE = """
+def main(infile, outfile):
+    return list(whole_input(batches))
+"""
+
+
+@pytest.mark.parametrize(("after_the_data", "cut_off"), [(b"\xff\xff\xff\xfc", False), (None, True)])
+def test_a_write_task_whose_socket_closed_right_after_its_batches_was_cut_off(
+    after_the_data: bytes | None, cut_off: bool
+) -> None:
+    batch = pa.record_batch([pa.array([1, 2])], names=["x"])
+    worker_end, jvm_end = socket.socketpair()
+    with worker_end, jvm_end, worker_end.makefile("rb") as infile:
+        if after_the_data is None:
+            jvm_end.shutdown(socket.SHUT_WR)  # what a killed task's JVM does
+        else:
+            jvm_end.sendall(after_the_data)  # PySpark's END_OF_STREAM, sent right after the data
+        module = {"__name__": "pyspark.worker", "whole_input": whole_input, "batches": [batch, batch]}
+        exec(_WORKER_MODULE, module)
+        if cut_off:
+            with pytest.raises(InputCutOff):
+                module["main"](infile, None)
+        else:
+            assert module["main"](infile, None) == [batch, batch]
+            assert infile.read(4) == after_the_data  # only peeked at: PySpark reads it next
+
+
+def test_a_write_task_whose_jvm_is_still_there_is_not_held_up() -> None:
+    batch = pa.record_batch([pa.array([1])], names=["x"])
+    worker_end, jvm_end = socket.socketpair()
+    with worker_end, jvm_end, worker_end.makefile("rb") as infile:
+        module = {"__name__": "pyspark.worker", "whole_input": whole_input, "batches": [batch]}
+        exec(_WORKER_MODULE, module)
+        assert module["main"](infile, None) == [batch]

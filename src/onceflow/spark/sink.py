@@ -29,6 +29,7 @@ from onceflow.spark.producing import (
     produce_batches,
 )
 from onceflow.spark.slot_keeper import write_through_keeper
+from onceflow.spark.task_input import whole_input
 
 
 @dataclass
@@ -53,7 +54,8 @@ def write_exactly_once(
     partition = context.partitionId()
     # The parent of a Python worker forks all of its executor's workers (or is the executor).
     owner = os.getppid()
-    count, skipped = write_through_keeper(owner, settings, prefix, partition, batch_id, batches)
+    # A task killed midway must not commit the rows it got so far.
+    count, skipped = write_through_keeper(owner, settings, prefix, partition, batch_id, whole_input(batches))
     return TaskReport(partition, context.attemptNumber(), count, skipped)
 
 
