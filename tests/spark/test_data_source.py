@@ -236,13 +236,14 @@ def test_a_write_task_killed_between_two_arrow_batches_commits_none_of_them(
         finally:
             query.stop()
         with Cluster(bootstrap, 10) as cluster:
-            wait_until(
-                lambda: cluster.describe_transactions(["cut-0"])["cut-0"].state != "Ongoing",
-                30,
-                "the killed task's transaction to end",
-            )
-            ended = cluster.describe_transactions(["cut-0"])["cut-0"].state
-        assert ended == "CompleteAbort"
+            ended: list[str] = []
+
+            def transaction_ended() -> bool:
+                ended.append(cluster.describe_transactions(["cut-0"])["cut-0"].state)
+                return ended[-1].startswith("Complete")
+
+            wait_until(transaction_ended, 30, "the killed task's transaction to end")
+        assert ended[-1] == "CompleteAbort"
         query = run(text)
         try:
             query.processAllAvailable()

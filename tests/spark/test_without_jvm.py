@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import gc
 import socket
+import struct
 import time
+import types
+from typing import BinaryIO
 
 import pyarrow as pa
 import pytest
@@ -360,33 +363,54 @@ _WORKER_MODULE = """
 def main(infile, outfile):
     return list(whole_input(batches))
 """
+_END_OF_STREAM = b"\xff\xff\xff\xfc"  # what the JVM sends right after a task's whole input
 
 
-@pytest.mark.parametrize(("after_the_data", "cut_off"), [(b"\xff\xff\xff\xfc", False), (None, True)])
+def run_in_worker(infile: BinaryIO, batches: list[pa.RecordBatch], module_name: str) -> list[pa.RecordBatch]:
+    spec = types.SimpleNamespace(name="pyspark.worker")
+    module = {"__name__": module_name, "__spec__": spec, "whole_input": whole_input, "batches": batches}
+    exec(_WORKER_MODULE, module)
+    return list(module["main"](infile, None))
+
+
+@pytest.mark.parametrize("module_name", ["pyspark.worker", "__main__"])  # under Spark's daemon, or not
+@pytest.mark.parametrize(
+    ("after_the_data", "cut_off"),
+    [
+        ("end-of-stream, still in the socket", False),
+        ("end-of-stream, already read into the worker's buffer", False),
+        ("end-of-stream, then the socket closed", False),
+        ("the socket closed", True),
+        ("the connection reset", True),
+    ],
+)
 def test_a_write_task_whose_socket_closed_right_after_its_batches_was_cut_off(
-    after_the_data: bytes | None, cut_off: bool
+    after_the_data: str, cut_off: bool, module_name: str
 ) -> None:
     batch = pa.record_batch([pa.array([1, 2])], names=["x"])
-    worker_end, jvm_end = socket.socketpair()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        jvm_end = socket.create_connection(server.getsockname())
+        worker_end, _ = server.accept()
     with worker_end, jvm_end, worker_end.makefile("rb") as infile:
-        if after_the_data is None:
-            jvm_end.shutdown(socket.SHUT_WR)  # what a killed task's JVM does
-        else:
-            jvm_end.sendall(after_the_data)  # PySpark's END_OF_STREAM, sent right after the data
-        module = {"__name__": "pyspark.worker", "whole_input": whole_input, "batches": [batch, batch]}
-        exec(_WORKER_MODULE, module)
+        if after_the_data.startswith("end-of-stream"):
+            jvm_end.sendall(_END_OF_STREAM)
+            if "buffer" in after_the_data:
+                assert infile.peek(4)[:4] == _END_OF_STREAM
+        if after_the_data.endswith("closed"):
+            jvm_end.shutdown(socket.SHUT_WR)  # what a killed task's JVM does, by closing
+        if after_the_data.endswith("reset"):
+            jvm_end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            jvm_end.close()
         if cut_off:
             with pytest.raises(InputCutOff):
-                module["main"](infile, None)
+                run_in_worker(infile, [batch, batch], module_name)
         else:
-            assert module["main"](infile, None) == [batch, batch]
-            assert infile.read(4) == after_the_data  # only peeked at: PySpark reads it next
+            assert run_in_worker(infile, [batch, batch], module_name) == [batch, batch]
+            assert infile.read(4) == _END_OF_STREAM  # only peeked at: PySpark reads it next
 
 
 def test_a_write_task_whose_jvm_is_still_there_is_not_held_up() -> None:
     batch = pa.record_batch([pa.array([1])], names=["x"])
     worker_end, jvm_end = socket.socketpair()
     with worker_end, jvm_end, worker_end.makefile("rb") as infile:
-        module = {"__name__": "pyspark.worker", "whole_input": whole_input, "batches": [batch]}
-        exec(_WORKER_MODULE, module)
-        assert module["main"](infile, None) == [batch]
+        assert run_in_worker(infile, [batch], "pyspark.worker") == [batch]
