@@ -24,7 +24,7 @@ from onceflow.apis.api_versions import unsupported_version_response
 from onceflow.apis.common import Stamps
 from onceflow.broker.core import Broker
 from onceflow.broker.metrics import STAGE_FSYNC_TO_ANSWER, Metrics
-from onceflow.protocol.codec import encode_response
+from onceflow.protocol.codec import encode_response_pieces
 from onceflow.protocol.connection import (
     Connection,
     ProtocolError,
@@ -251,7 +251,9 @@ class _InOrderReplies:
                         break
                     reply = reply.result()
                 self._pending.popleft()
-                self._writer.write(encode_response(correlation_id, reply))
+                # One write per piece: a records piece the socket takes whole is never copied.
+                for piece in encode_response_pieces(correlation_id, reply):
+                    self._writer.write(piece)
                 if stamps is not None and stamps.durable is not None:
                     self._metrics.stage(STAGE_FSYNC_TO_ANSWER, time.perf_counter() - stamps.durable)
         except Exception:

@@ -20,17 +20,19 @@ def client_id(broker_id: int) -> str:
 
 class Link(asyncio.BufferedProtocol):
     """A connection to another broker, one request at a time. Each answer is read straight
-    into a buffer of its own size: a follower's answers run to megabytes, and a stream reader
-    would copy them twice more (into its buffer, and out of it)."""
+    into one buffer, reused from answer to answer: a follower's answers run to megabytes, and a
+    stream reader would copy them twice more (into its buffer, and out of it). Reuse is safe as
+    an answer is decoded, its records copied out, before the next request goes."""
 
     def __init__(self, sender_id: int) -> None:
         self.sender_id = sender_id
         self._transport: asyncio.Transport | None = None
         self._correlation_id = 0
         self._size = bytearray(_INT32.size)
-        self._frame: bytearray | None = None  # the answer being read, once its size is known
+        self._buffer = bytearray()  # grows to the largest answer so far
+        self._frame: memoryview | None = None  # the answer being read, once its size is known
         self._filled = 0
-        self._answer: asyncio.Future[bytearray] | None = None
+        self._answer: asyncio.Future[memoryview] | None = None
         self._lost: Exception | None = None
 
     @classmethod
@@ -66,7 +68,7 @@ class Link(asyncio.BufferedProtocol):
             frame = await self._answer
         finally:
             self._answer = None
-        with memoryview(frame).toreadonly() as view:
+        with frame.toreadonly() as view:
             answered_id, response = decode_response(api_key, version, view)
         if answered_id != self._correlation_id:
             raise ValueError(f"answer {answered_id} to request {self._correlation_id}")
@@ -89,7 +91,9 @@ class Link(asyncio.BufferedProtocol):
             if not _INT32.size <= size <= MAX_ANSWER_BYTES:
                 self._fail(ValueError(f"an answer of {size} bytes"))
                 return
-            self._frame, self._filled = bytearray(size), 0
+            if len(self._buffer) < size:
+                self._buffer = bytearray(size)  # replaced, not resized: an old view may be alive
+            self._frame, self._filled = memoryview(self._buffer)[:size], 0
         elif self._filled == len(self._frame):
             frame, self._frame, self._filled = self._frame, None, 0
             if self._answer is None or self._answer.done():

@@ -18,12 +18,14 @@ from kio.serial import entity_reader
 
 from onceflow import failpoints
 from onceflow.protocol.bounds import Frame, FrameBoundsError, check_frame
-from onceflow.protocol.writers import EntityWriter, entity_writer
+from onceflow.protocol.writers import entity_writer
 
 _INT32 = struct.Struct(">i")
 # Off only when a test plants the bug the check prevents, to show that the fuzzer finds it.
 _CHECK_BOUNDS = not failpoints.armed("protocol.no-bounds-check")
 _REQUEST_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
+# Records at least this big go to the socket as they are, not copied into the response's frame.
+_OWN_PIECE_BYTES = 64 * 1024
 
 
 class UnknownApiError(ValueError):
@@ -109,21 +111,46 @@ def decode_response(api_key: int, api_version: int, frame: bytes | memoryview) -
 
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """A complete response frame, length prefix included."""
+    return b"".join(encode_response_pieces(correlation_id, response))
+
+
+def encode_response_pieces(correlation_id: int, response: Any) -> list[bytes | bytearray]:
+    """A complete response frame in pieces for the socket: a fetch's records of 64 KiB or more
+    are pieces of their own, so they are sent as they are instead of copied into the frame."""
     header_class = response.__header_schema__
-    return _frame(entity_writer(header_class), header_class(correlation_id=correlation_id), response)
+    pieces = _Pieces()
+    entity_writer(header_class)(pieces.write, header_class(correlation_id=correlation_id))
+    entity_writer(type(response))(pieces.write, response)
+    return pieces.finish()
 
 
 def encode_request(header: Any, body: Any) -> bytes:
     """A complete request frame, length prefix included: what `decode_request` reads back."""
-    return _frame(entity_writer(type(header)), header, body)
-
-
-def _frame(write_header: EntityWriter, header: Any, body: Any) -> bytes:
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
-    write_header(buffer.write, header)
+    entity_writer(type(header))(buffer.write, header)
     entity_writer(type(body))(buffer.write, body)
     frame = buffer.getbuffer()
     _INT32.pack_into(frame, 0, len(frame) - 4)
     del frame
     return buffer.getvalue()
+
+
+class _Pieces:
+    """Small writes gathered into one piece; big ones (records) kept as they are."""
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes | bytearray] = []
+        self._small = bytearray(_INT32.size)  # the length prefix, filled in by `finish`
+
+    def write(self, data: bytes) -> None:
+        if len(data) < _OWN_PIECE_BYTES:
+            self._small += data
+        else:
+            self._pieces += (self._small, data)
+            self._small = bytearray()
+
+    def finish(self) -> list[bytes | bytearray]:
+        pieces = [*self._pieces, self._small] if self._small else self._pieces
+        _INT32.pack_into(pieces[0], 0, sum(map(len, pieces)) - _INT32.size)
+        return pieces
