@@ -16,8 +16,8 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     found: list[int] = []
     original = fetch._read
 
-    def counting(request: Any) -> Any:
-        result = original(request)
+    def counting(request: Any, topics: Any) -> Any:
+        result = original(request, topics)
         found.append(result[1])
         return result
 

@@ -3,8 +3,9 @@
 read_committed fetches stop at the last stable offset and list the aborted transactions
 in the range, which the client uses to drop their batches (docs/design.md#committed-reads).
 
-Fetch sessions (KIP-227) are declined: every answer carries session id 0, so
-clients keep sending full fetch requests, which Kafka allows.
+Fetch sessions (KIP-227) are kept for followers only (`broker/fetch_sessions.py`); clients'
+are declined: their answers carry session id 0, so they keep sending full fetch requests,
+which Kafka allows.
 
 v13+ name topics by id (KIP-516). v15's replica state, v17's replica directory id and v18's
 follower high watermark matter only for followers' fetches; v16 adds the leaders' endpoints
@@ -19,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request, leader_endpoints, topic_name
+from onceflow.broker.fetch_sessions import FetchSession
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
 
@@ -35,24 +37,40 @@ _LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch
 
 def handle(request: Request) -> Any:
     body = request.body
+    follower = _replica_id(body) >= 0 and request.broker.cluster is not None
     # Sessions exist from v7; older requests have neither field.
-    if getattr(body, "session_id", 0) != 0 and body.session_epoch != -1:
+    session_id, epoch = getattr(body, "session_id", 0), getattr(body, "session_epoch", -1)
+    session = None
+    if follower and epoch == 0:
+        session = request.broker.fetch_sessions.open(_replica_id(body), body.topics)
+    elif follower and epoch > 0:
+        found = request.broker.fetch_sessions.next_fetch(_replica_id(body), session_id, epoch)
+        if isinstance(found, ErrorCode):
+            return request.respond(throttle_time=0, error_code=found, session_id=0, responses=[])
+        session = found
+        session.update(body.topics, body.forgotten_topics_data)
+    elif session_id != 0 and epoch != -1:
         return request.respond(
             throttle_time=0, error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=[]
         )
-    responses, size, logs = _read(request)
+    topics = body.topics if session is None else session.topics()
+    responses, size, logs = _read(request, topics)
     max_wait_ms = body.max_wait.total_seconds() * 1000
     if size >= body.min_bytes or max_wait_ms <= 0:
-        return _respond(request, responses)
+        return _respond(request, responses, session)
     # A follower's wait starts from the logs' ends as read here: an append in the gap before
     # the coroutine below runs ends it at once.
-    follower = _replica_id(body) >= 0 and request.broker.cluster is not None
     ends = [log.log_end_offset for log in logs] if follower else None
-    return _long_poll(request, logs, ends, time.monotonic() + max_wait_ms / 1000)
+    return _long_poll(request, topics, session, logs, ends, time.monotonic() + max_wait_ms / 1000)
 
 
 async def _long_poll(
-    request: Request, logs: list[PartitionLog], ends: list[int] | None, deadline: float
+    request: Request,
+    topics: Any,
+    session: FetchSession | None,
+    logs: list[PartitionLog],
+    ends: list[int] | None,
+    deadline: float,
 ) -> Any:
     """Wait for the partitions read (a flush of one of them wakes this fetch; an append, a
     follower's, which passes the logs' `ends` as it read them), read again."""
@@ -62,11 +80,11 @@ async def _long_poll(
         if remaining <= 0:
             break
         await request.broker.wait_for_data(logs, remaining, ends)
-        responses, size, logs = _read(request)
+        responses, size, logs = _read(request, topics)
         ends = [log.log_end_offset for log in logs] if follower else None
         if size >= request.body.min_bytes:
-            return _respond(request, responses)
-    return _respond(request, _read(request)[0])
+            return _respond(request, responses, session)
+    return _respond(request, _read(request, topics)[0], session)
 
 
 def _replica_id(body: Any) -> int:
@@ -75,7 +93,9 @@ def _replica_id(body: Any) -> int:
     return int(getattr(body, "replica_id", -1) if replica_state is None else replica_state.replica_id)
 
 
-def _respond(request: Request, responses: list[dict[str, Any]]) -> Any:
+def _respond(request: Request, responses: list[dict[str, Any]], session: FetchSession | None) -> Any:
+    if session is not None:
+        responses = session.changes(responses)
     metrics = request.broker.metrics
     for topic in responses:
         size = sum(len(partition["records"] or b"") for partition in topic["partitions"])
@@ -85,14 +105,15 @@ def _respond(request: Request, responses: list[dict[str, Any]]) -> Any:
     return request.respond(
         throttle_time=0,
         error_code=ErrorCode.none,
-        session_id=0,
+        session_id=0 if session is None else session.session_id,
         responses=responses,
         node_endpoints=leader_endpoints(request, partitions, _LEADER_MOVED),
     )
 
 
-def _read(request: Request) -> tuple[list[dict[str, Any]], int, list[PartitionLog]]:
-    """The response's topics, the bytes of records in them, and the partition logs read."""
+def _read(request: Request, topics: Any) -> tuple[list[dict[str, Any]], int, list[PartitionLog]]:
+    """The response's topics for the requested `topics`, the bytes of records in them, and the
+    partition logs read."""
     body = request.body
     broker = request.broker
     logs = broker.logs
@@ -108,7 +129,7 @@ def _read(request: Request) -> tuple[list[dict[str, Any]], int, list[PartitionLo
     total = 0
     responses = []
     read_logs = []
-    for topic in body.topics:
+    for topic in topics:
         topic_id = getattr(topic, "topic_id", None)
         name = topic_name(request, getattr(topic, "topic", None), topic_id, FIRST_VERSION_WITH_TOPIC_IDS)
         if name is None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from onceflow.broker.config import BrokerConfig
+from onceflow.broker.fetch_sessions import FetchSessions
 from onceflow.broker.markers import BrokerTransactionPartitions
 from onceflow.broker.metrics import STAGE_HW_TO_FETCH_WAKEUP, Metrics, PrometheusMetrics
 from onceflow.broker.producer_ids import ProducerIdAllocator
@@ -74,6 +75,7 @@ class Broker:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(data_dir, config.log_config, now_ms())
         self.cluster: ZooKeeperCluster | None = None
+        self.fetch_sessions = FetchSessions()  # followers' (cluster mode)
         if config.get("zookeeper.connect"):
             from onceflow.cluster.zk import ZooKeeperCluster
 

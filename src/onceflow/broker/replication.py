@@ -41,6 +41,10 @@ RESPONSE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's replica.fetch.response.max.byte
 RETRY_AFTER_S = 0.2
 
 
+# The leader no longer has the follower's fetch session, or not at this epoch.
+_SESSION_LOST = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
+
+
 class Diverged(Exception):
     """The follower cannot line a partition's log up with the leader's: it stops fetching it."""
 
@@ -105,6 +109,12 @@ class LeaderFetcher:
         for followed in self.partitions.values():
             followed.high_watermark = min(followed.high_watermark, followed.log.log_end_offset)
         self._appended = appended
+        # The fetch session on the leader (KIP-227): its id, the epoch of the next fetch (0 opens
+        # a new one, -1 means the leader declines sessions), and the fetch offset it holds for
+        # each partition, so that a fetch names only the partitions whose offset moved.
+        self._session_id = 0
+        self._session_epoch = 0
+        self._session_offsets: dict[tuple[str, int], int] = {}
 
     async def run(self) -> None:
         while self.partitions:
@@ -122,6 +132,8 @@ class LeaderFetcher:
                 link.close()
 
     async def _follow(self, link: Link) -> None:
+        if self._session_epoch > 0:
+            self._session_epoch = 0  # a new connection: a new session
         while self.partitions:
             now = time.monotonic()
             ready = [followed for followed in self.partitions.values() if followed.retry_at <= now]
@@ -138,6 +150,9 @@ class LeaderFetcher:
             # A partition backing off after an error joins the next request in time.
             wait_ms = min([FETCH_MAX_WAIT_MS, *(int((at - now) * 1000) + 1 for at in backing_off)])
             answer = await self._fetch(link, ready, wait_ms)
+            if answer.error_code in _SESSION_LOST:
+                self._session_epoch = 0  # the leader restarted or dropped it: start another
+                continue
             if answer.error_code != ErrorCode.none:
                 await asyncio.sleep(RETRY_AFTER_S)
                 continue
@@ -253,10 +268,19 @@ class LeaderFetcher:
     async def _fetch(
         self,
         link: Link,
-        fetching: list[FollowedPartition],
+        ready: list[FollowedPartition],
         wait_ms: int,
     ) -> Any:
-        return await link.exchange(
+        """Fetch the `ready` partitions: in a session, only those whose fetch offset moved
+        (the leader's session holds the others'); a new session whenever the set changes."""
+        epoch = self._session_epoch
+        if epoch > 0 and {followed.key for followed in ready} != self._session_offsets.keys():
+            epoch = 0
+        offsets = {followed.key: followed.log.log_end_offset for followed in ready}
+        held = self._session_offsets
+        moved = [followed for followed in ready if held.get(followed.key) != offsets[followed.key]]
+        fetching = moved if epoch > 0 else ready
+        answer = await link.exchange(
             FETCH,
             FETCH_VERSION,
             {
@@ -265,8 +289,8 @@ class LeaderFetcher:
                 "min_bytes": 1,
                 "max_bytes": RESPONSE_MAX_BYTES,
                 "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
+                "session_id": self._session_id if epoch > 0 else 0,
+                "session_epoch": epoch,
                 "topics": _by_topic(
                     fetching,
                     lambda followed: {
@@ -282,6 +306,15 @@ class LeaderFetcher:
                 "rack_id": "",
             },
         )
+        if answer.error_code == ErrorCode.none and epoch >= 0:
+            if epoch == 0:
+                self._session_offsets = {}
+                # An answer without a session id: the leader declines sessions; full fetches then.
+                self._session_id, self._session_epoch = answer.session_id, 1 if answer.session_id else -1
+            else:
+                self._session_epoch += 1
+            self._session_offsets.update({followed.key: offsets[followed.key] for followed in fetching})
+        return answer
 
 
 def _cut(followed: FollowedPartition, leader_epoch: int, leader_end: int) -> None:

@@ -1,0 +1,218 @@
+"""Followers' fetch sessions (KIP-227): the leader's cache, a follower's requests, a leader on the wire."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from onceflow.broker.fetch_sessions import SESSIONS_PER_FOLLOWER, FetchSessions
+from onceflow.broker.replication import FollowedPartition, LeaderFetcher
+from tests.cluster_mode.conftest import Cluster, create_topic_with_assignments
+from tests.conftest import wait_until
+from tests.log.batches import make_batch as make_log_batch
+from tests.log.helpers import append, open_log
+from tests.wire import WireClient, make_batch, produce
+
+
+def topics(**offsets: int) -> list[Any]:
+    """A request's topics: `p0=5` asks for partition 0 of topic t from offset 5."""
+    partitions = [
+        SimpleNamespace(partition=int(name[1:]), fetch_offset=offset, partition_max_bytes=100)
+        for name, offset in offsets.items()
+    ]
+    return [SimpleNamespace(topic="t", partitions=partitions)]
+
+
+def answer(
+    partition: int, high_watermark: int, records: bytes = b"", error: ErrorCode = ErrorCode.none
+) -> Any:
+    return {
+        "partition_index": partition,
+        "error_code": error,
+        "high_watermark": high_watermark,
+        "last_stable_offset": high_watermark,
+        "log_start_offset": 0,
+        "records": records,
+    }
+
+
+def test_an_answer_in_a_session_holds_only_what_the_follower_does_not_know() -> None:
+    session = FetchSessions().open(2, topics(p0=0, p1=0, p2=0))
+    first = session.changes([{"topic": "t", "partitions": [answer(0, 3), answer(1, 0), answer(2, 0)]}])
+    assert [p["partition_index"] for p in first[0]["partitions"]] == [0, 1, 2]  # all new to it
+    again = session.changes([{"topic": "t", "partitions": [answer(0, 3), answer(1, 0), answer(2, 0)]}])
+    assert again == []
+    news = session.changes(
+        [
+            {
+                "topic": "t",
+                "partitions": [
+                    answer(0, 4),
+                    answer(1, 0, b"batch"),
+                    answer(2, 0, error=ErrorCode.kafka_storage_error),
+                ],
+            }
+        ]
+    )
+    assert [p["partition_index"] for p in news[0]["partitions"]] == [0, 1, 2]
+    # The partition that brought records goes last in the next read; an error is news each time.
+    assert [key[1] for key in session.partitions] == [0, 2, 1]
+    assert [
+        p["partition_index"]
+        for p in session.changes(
+            [{"topic": "t", "partitions": [answer(2, 0, error=ErrorCode.kafka_storage_error)]}]
+        )[0]["partitions"]
+    ] == [2]
+
+
+def test_a_session_takes_moved_offsets_and_forgets_partitions() -> None:
+    session = FetchSessions().open(2, topics(p0=0, p1=0))
+    session.update(topics(p1=7), [SimpleNamespace(topic="t", partitions=[0])])
+    assert {key: wanted.fetch_offset for key, wanted in session.partitions.items()} == {("t", 1): 7}
+    assert [topic.topic for topic in session.topics()] == ["t"]
+
+
+def test_a_fetch_continues_a_session_only_at_its_epoch_and_from_its_follower() -> None:
+    sessions = FetchSessions()
+    session = sessions.open(2, topics(p0=0))
+    assert sessions.next_fetch(2, session.session_id, 2) == ErrorCode.invalid_fetch_session_epoch
+    assert sessions.next_fetch(3, session.session_id, 1) == ErrorCode.fetch_session_id_not_found
+    assert sessions.next_fetch(2, session.session_id, 1) is session
+    assert sessions.next_fetch(2, session.session_id, 1) == ErrorCode.invalid_fetch_session_epoch
+    assert sessions.next_fetch(2, session.session_id, 2) is session
+    later = [sessions.open(2, topics(p0=0)) for _ in range(SESSIONS_PER_FOLLOWER)]
+    assert sessions.next_fetch(2, session.session_id, 3) == ErrorCode.fetch_session_id_not_found  # dropped
+    assert sessions.next_fetch(2, later[0].session_id, 1) is later[0]
+
+
+def fetch(
+    client: WireClient, session_id: int, epoch: int, partitions: dict[int, int], replica_id: int = 99
+) -> Any:
+    """A Fetch v12 of topic `sessions`, answered at once. Replica 99 replicates nothing, so the
+    leader's view of its ISR stays as it is."""
+    return client.request(
+        1,
+        12,
+        replica_id=replica_id,
+        max_wait=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=session_id,
+        session_epoch=epoch,
+        topics=[
+            {
+                "topic": "sessions",
+                "partitions": [
+                    {
+                        "partition": partition,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1 << 20,
+                    }
+                    for partition, offset in partitions.items()
+                ],
+            }
+        ]
+        if partitions
+        else [],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+
+
+class Follower:
+    """A follower's side of one session: its id, and the epoch of its next fetch."""
+
+    def __init__(self, client: WireClient) -> None:
+        self.client = client
+        self.session_id = 0
+        self.epoch = 0
+
+    def fetch(self, partitions: dict[int, int]) -> dict[int, int]:
+        """Partition -> bytes of records, for the partitions the answer lists."""
+        response = fetch(self.client, self.session_id, self.epoch, partitions)
+        assert response.error_code == 0
+        if self.epoch == 0:
+            self.session_id = response.session_id
+        self.epoch += 1
+        return listed(response)
+
+
+def listed(response: Any) -> dict[int, int]:
+    return {p.partition_index: len(p.records or b"") for t in response.responses for p in t.partitions}
+
+
+@pytest.mark.zookeeper
+def test_a_leader_answers_a_followers_session_with_what_changed(cluster: Cluster) -> None:
+    create_topic_with_assignments(cluster, "sessions", [[1, 2, 3]] * 3)
+    cluster.wait_for_leader("sessions", 0)
+    leader = cluster.brokers[cluster.partition(1, "sessions", 0).leader_id]
+    with WireClient(leader.bootstrap_servers) as client:
+        assert produce(client, "sessions", 0, make_batch([b"a", b"b"])).error_code == 0
+        follower = Follower(client)
+        opened = follower.fetch({0: 0, 1: 0, 2: 0})
+        assert follower.session_id != 0
+        assert opened.keys() == {0, 1, 2} and opened[0] > 0 and opened[1] == opened[2] == 0
+        follower.fetch({0: 2})  # it appended those two records
+        # Nothing named, nothing new (once the leader's high watermark is where it stays): an
+        # empty answer, though the session holds three partitions.
+        wait_until(lambda: follower.fetch({}) == {}, timeout_s=10)
+        assert produce(client, "sessions", 2, make_batch([b"c"])).error_code == 0
+        news = follower.fetch({})
+        assert news.keys() == {2} and news[2] > 0
+
+        stale = fetch(client, follower.session_id, follower.epoch - 1, {})
+        assert stale.error_code == ErrorCode.invalid_fetch_session_epoch
+        unknown = fetch(client, follower.session_id + 1000, 1, {})
+        assert unknown.error_code == ErrorCode.fetch_session_id_not_found
+        consumer = fetch(client, 0, 0, {0: 0, 1: 0, 2: 0}, replica_id=-1)
+        assert consumer.session_id == 0 and listed(consumer).keys() == {0, 1, 2}  # declined
+
+
+class RecordingLink:
+    """Stands in for the connection to the leader: records each Fetch, answers with no errors
+    and the given session id."""
+
+    def __init__(self, session_id: int) -> None:
+        self.session_id = session_id
+        self.fetches: list[dict[str, Any]] = []
+
+    async def exchange(self, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+        self.fetches.append(fields)
+        return SimpleNamespace(error_code=ErrorCode.none, session_id=self.session_id, responses=[])
+
+
+def named(fields: dict[str, Any]) -> dict[int, int]:
+    return {p["partition"]: p["fetch_offset"] for t in fields["topics"] for p in t["partitions"]}
+
+
+@pytest.mark.parametrize("session_id", [7, 0])  # a leader with sessions, and one that declines them
+def test_a_follower_names_only_the_partitions_whose_offset_moved(tmp_path: Path, session_id: int) -> None:
+    logs = [open_log(tmp_path / f"t-{partition}") for partition in range(3)]
+    followed = [
+        FollowedPartition("t", partition, log, 0, 0, truncated=True) for partition, log in enumerate(logs)
+    ]
+    fetcher = LeaderFetcher(2, ("127.0.0.1", 1), followed, lambda *_: None)
+    link = RecordingLink(session_id)
+
+    async def three_fetches() -> None:
+        await fetcher._fetch(link, followed, 0)
+        append(logs[1], make_log_batch(2))
+        await fetcher._fetch(link, followed, 0)
+        await fetcher._fetch(link, followed[:2], 0)  # partition 2 backs off
+
+    asyncio.run(three_fetches())
+    if session_id:
+        assert [(f["session_id"], f["session_epoch"]) for f in link.fetches] == [(0, 0), (7, 1), (0, 0)]
+        assert [named(f) for f in link.fetches] == [{0: 0, 1: 0, 2: 0}, {1: 2}, {0: 0, 1: 2}]
+    else:
+        assert [(f["session_id"], f["session_epoch"]) for f in link.fetches] == [(0, 0), (0, -1), (0, -1)]
+        assert [named(f) for f in link.fetches] == [{0: 0, 1: 0, 2: 0}, {0: 0, 1: 2, 2: 0}, {0: 0, 1: 2}]
