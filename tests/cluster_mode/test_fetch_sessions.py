@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.fetch_sessions import SESSIONS_PER_FOLLOWER, FetchSessions
-from onceflow.broker.replication import FollowedPartition, LeaderFetcher
+from onceflow.broker.replication import RETRY_AFTER_S, FollowedPartition, LeaderFetcher
 from tests.cluster_mode.conftest import Cluster, create_topic_with_assignments
 from tests.conftest import wait_until
 from tests.log.batches import make_batch as make_log_batch
@@ -91,10 +92,9 @@ def test_a_fetch_continues_a_session_only_at_its_epoch_and_from_its_follower() -
 
 
 def fetch(
-    client: WireClient, session_id: int, epoch: int, partitions: dict[int, int], replica_id: int = 99
+    client: WireClient, session_id: int, epoch: int, partitions: dict[int, int], replica_id: int
 ) -> Any:
-    """A Fetch v12 of topic `sessions`, answered at once. Replica 99 replicates nothing, so the
-    leader's view of its ISR stays as it is."""
+    """A Fetch v12 of topic `sessions`, answered at once."""
     return client.request(
         1,
         12,
@@ -131,14 +131,15 @@ def fetch(
 class Follower:
     """A follower's side of one session: its id, and the epoch of its next fetch."""
 
-    def __init__(self, client: WireClient) -> None:
+    def __init__(self, client: WireClient, replica_id: int) -> None:
         self.client = client
+        self.replica_id = replica_id
         self.session_id = 0
         self.epoch = 0
 
     def fetch(self, partitions: dict[int, int]) -> dict[int, int]:
         """Partition -> bytes of records, for the partitions the answer lists."""
-        response = fetch(self.client, self.session_id, self.epoch, partitions)
+        response = fetch(self.client, self.session_id, self.epoch, partitions, self.replica_id)
         assert response.error_code == 0
         if self.epoch == 0:
             self.session_id = response.session_id
@@ -152,12 +153,13 @@ def listed(response: Any) -> dict[int, int]:
 
 @pytest.mark.zookeeper
 def test_a_leader_answers_a_followers_session_with_what_changed(cluster: Cluster) -> None:
-    create_topic_with_assignments(cluster, "sessions", [[1, 2, 3]] * 3)
-    cluster.wait_for_leader("sessions", 0)
-    leader = cluster.brokers[cluster.partition(1, "sessions", 0).leader_id]
-    with WireClient(leader.bootstrap_servers) as client:
+    # Broker 3 replicates none of them: posing as it, the test leaves the leader's ISR as it is.
+    create_topic_with_assignments(cluster, "sessions", [[1, 2]] * 3)
+    for partition in range(3):
+        cluster.wait_for_leader("sessions", partition)
+    with WireClient(cluster.brokers[1].bootstrap_servers) as client:
         assert produce(client, "sessions", 0, make_batch([b"a", b"b"])).error_code == 0
-        follower = Follower(client)
+        follower = Follower(client, replica_id=3)
         opened = follower.fetch({0: 0, 1: 0, 2: 0})
         assert follower.session_id != 0
         assert opened.keys() == {0, 1, 2} and opened[0] > 0 and opened[1] == opened[2] == 0
@@ -169,12 +171,14 @@ def test_a_leader_answers_a_followers_session_with_what_changed(cluster: Cluster
         news = follower.fetch({})
         assert news.keys() == {2} and news[2] > 0
 
-        stale = fetch(client, follower.session_id, follower.epoch - 1, {})
+        stale = fetch(client, follower.session_id, follower.epoch - 1, {}, replica_id=3)
         assert stale.error_code == ErrorCode.invalid_fetch_session_epoch
-        unknown = fetch(client, follower.session_id + 1000, 1, {})
+        unknown = fetch(client, follower.session_id + 1000, 1, {}, replica_id=3)
         assert unknown.error_code == ErrorCode.fetch_session_id_not_found
-        consumer = fetch(client, 0, 0, {0: 0, 1: 0, 2: 0}, replica_id=-1)
-        assert consumer.session_id == 0 and listed(consumer).keys() == {0, 1, 2}  # declined
+        # Declined, with a full answer: for a consumer, and for a replica id no broker has.
+        for replica_id in (-1, 99):
+            declined = fetch(client, 0, 0, {0: 0, 1: 0, 2: 0}, replica_id)
+            assert declined.session_id == 0 and listed(declined).keys() == {0, 1, 2}
 
 
 class RecordingLink:
@@ -216,3 +220,47 @@ def test_a_follower_names_only_the_partitions_whose_offset_moved(tmp_path: Path,
     else:
         assert [(f["session_id"], f["session_epoch"]) for f in link.fetches] == [(0, 0), (0, -1), (0, -1)]
         assert [named(f) for f in link.fetches] == [{0: 0, 1: 0, 2: 0}, {0: 0, 1: 2, 2: 0}, {0: 0, 1: 2}]
+
+
+class ScriptedLink(RecordingLink):
+    """Answers with the given top-level errors in turn, then breaks as a lost connection does."""
+
+    def __init__(self, session_id: int, errors: list[ErrorCode]) -> None:
+        super().__init__(session_id)
+        self.errors = errors
+
+    async def exchange(self, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+        if not self.errors:
+            raise ConnectionResetError("the test is over")
+        answer = await super().exchange(api_key, version, fields)
+        answer.error_code = self.errors.pop(0)
+        return answer
+
+
+def test_a_follower_whose_session_the_leader_lost_opens_another_at_once(tmp_path: Path) -> None:
+    followed = [FollowedPartition("t", 0, open_log(tmp_path / "t-0"), 0, 0, truncated=True)]
+    fetcher = LeaderFetcher(2, ("127.0.0.1", 1), followed, lambda *_: None)
+    errors = [ErrorCode.none, ErrorCode.fetch_session_id_not_found, ErrorCode.none]
+    errors += [ErrorCode.invalid_fetch_session_epoch, ErrorCode.none, ErrorCode.none]
+    link = ScriptedLink(7, errors)
+    started = time.monotonic()
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(fetcher._follow(link))
+    epochs = [fetched["session_epoch"] for fetched in link.fetches]
+    assert epochs == [0, 1, 0, 1, 0, 1]
+    assert time.monotonic() - started < RETRY_AFTER_S  # no back-off: nothing is wrong with the data
+
+
+@pytest.mark.zookeeper
+def test_idle_partitions_in_a_session_keep_their_followers_in_the_isr(quick_lag_cluster: Cluster) -> None:
+    """A follower names only the partitions whose offset moved; the leader must still count it
+    as caught up on the others, or it drops the follower from their ISR after 1 s."""
+    create_topic_with_assignments(quick_lag_cluster, "isr", [[1, 2, 3]] * 3)
+    for partition in range(3):
+        quick_lag_cluster.wait_for_leader("isr", partition)
+    with WireClient(quick_lag_cluster.brokers[1].bootstrap_servers) as client:
+        deadline = time.monotonic() + 3  # three times the lag limit, partition 0 loaded
+        while time.monotonic() < deadline:
+            assert produce(client, "isr", 0, make_batch([b"x" * 1000] * 10)).error_code == 0
+    for partition in range(3):
+        assert sorted(quick_lag_cluster.partition(1, "isr", partition).isr_nodes) == [1, 2, 3]

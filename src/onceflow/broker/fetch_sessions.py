@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 # A follower has one fetcher per leader; a second session lets a new fetcher start while the
 # one it replaces still runs. The oldest beyond that is dropped.
 SESSIONS_PER_FOLLOWER = 2
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass
@@ -111,5 +112,10 @@ class FetchSessions:
             return ErrorCode.fetch_session_id_not_found
         if epoch != session.epoch:
             return ErrorCode.invalid_fetch_session_epoch
-        session.epoch += 1
+        session.epoch = next_epoch(epoch)
         return session
+
+
+def next_epoch(epoch: int) -> int:
+    """After the largest int32 comes 1, as in Kafka (0 opens a session)."""
+    return epoch + 1 if epoch < _INT32_MAX else 1

@@ -10,6 +10,7 @@ from onceflow.protocol.build import build
 from onceflow.protocol.codec import decode_response, encode_request, request_type
 
 _INT32 = struct.Struct(">i")
+_INT32_MAX = 2**31 - 1
 # An answer larger than this is not one a broker sends (a follower asks for at most 10 MiB).
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
@@ -51,7 +52,7 @@ class Link(asyncio.BufferedProtocol):
         if self._lost is not None:
             raise ConnectionError(f"the connection is gone: {self._lost}")
         assert self._transport is not None and self._answer is None, "one request at a time"
-        self._correlation_id += 1
+        self._correlation_id = self._correlation_id + 1 if self._correlation_id < _INT32_MAX else 1
         body = build(request_type(api_key, version), fields)
         header = build(
             body.__header_schema__,

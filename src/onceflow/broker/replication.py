@@ -23,6 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from onceflow.broker.fetch_sessions import next_epoch
 from onceflow.broker.inter_broker import Link
 from onceflow.log.batch import BatchHeader, CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
@@ -132,8 +133,7 @@ class LeaderFetcher:
                 link.close()
 
     async def _follow(self, link: Link) -> None:
-        if self._session_epoch > 0:
-            self._session_epoch = 0  # a new connection: a new session
+        self._session_epoch = 0  # a new connection: a new session (also with a leader that declined)
         while self.partitions:
             now = time.monotonic()
             ready = [followed for followed in self.partitions.values() if followed.retry_at <= now]
@@ -312,7 +312,7 @@ class LeaderFetcher:
                 # An answer without a session id: the leader declines sessions; full fetches then.
                 self._session_id, self._session_epoch = answer.session_id, 1 if answer.session_id else -1
             else:
-                self._session_epoch += 1
+                self._session_epoch = next_epoch(self._session_epoch)
             self._session_offsets.update({followed.key: offsets[followed.key] for followed in fetching})
         return answer
 
