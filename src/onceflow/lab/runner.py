@@ -268,6 +268,7 @@ class _Run:
             for hanger in hangers:
                 hanger.join(timeout=60)
             drained = self._drain(time.monotonic() + DRAIN_TIMEOUT_S)
+            self._let_zombies_go_on(time.monotonic() + ZOMBIE_WAIT_S)
         finally:
             for process in [*self.processes.values(), *(zombie.process for zombie in self.zombies)]:
                 _kill(process)
@@ -409,6 +410,28 @@ class _Run:
                 self.fault_log.record("fault", action="resume-consumer", target=zombie.name)
                 zombie.state = "resumed"
                 self.injected.append(f"SIGCONT {zombie.incarnation} after {zombie.successor} started")
+
+    def _let_zombies_go_on(self, deadline: float) -> None:
+        """A run can drain while a zombie waits for its SIGCONT, or before a resumed one got a
+        core: it would then be killed before doing what makes it a zombie. So each one is
+        resumed, and goes on past its `resume`, or exits, before the run ends (or the deadline)."""
+        while time.monotonic() < deadline:
+            self._tend_zombies()
+            if all(
+                zombie.state in ("signaled", "gone")
+                or zombie.process.poll() is not None
+                or (zombie.state == "resumed" and self._went_on(zombie.incarnation))
+                for zombie in self.zombies
+            ):
+                return
+            time.sleep(0.05)
+
+    def _went_on(self, process: str) -> bool:
+        """The process recorded something after its `resume`."""
+        path = self.history_dir / f"{process}.jsonl"
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        resumed = [index for index, line in enumerate(lines) if '"type":"resume"' in line]
+        return bool(resumed) and resumed[-1] < len(lines) - 1
 
     def _recorded(self, process: str, kind: str) -> bool:
         path = self.history_dir / f"{process}.jsonl"
