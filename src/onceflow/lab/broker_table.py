@@ -458,6 +458,18 @@ def _produce(
     return acknowledged
 
 
+def _high_watermark(consumer: Consumer, topic: str, deadline: float) -> int:
+    """Partition 0's high watermark. A broker just started may not know the partition yet (its
+    view of the cluster follows ZooKeeper's a little later): asked again until the deadline."""
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _read_back(cluster: Cluster, row: Row) -> None:
     """After the failover: one acks=all write, so that the new leader's high watermark covers its
     whole log, then every record up to it, as the checker's final read."""
@@ -472,9 +484,9 @@ def _read_back(cluster: Cluster, row: Row) -> None:
     )
     records: list[list[Any]] = []
     try:
-        _, end = consumer.get_watermark_offsets(TopicPartition(row.topic, 0), timeout=10)
-        consumer.assign([TopicPartition(row.topic, 0, 0)])
         deadline = time.monotonic() + WAIT_S
+        end = _high_watermark(consumer, row.topic, deadline)
+        consumer.assign([TopicPartition(row.topic, 0, 0)])
         while (not records or records[-1][1] < end - 1) and time.monotonic() < deadline:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
