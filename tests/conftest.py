@@ -16,6 +16,7 @@ from xdist.scheduler import LoadScopeScheduling
 
 from onceflow import EmbeddedBroker
 from onceflow.faults.broker_process import wait_until as wait_until  # the tests import it from here
+from onceflow.faults.ports import restartable_port
 from tests.postgres import PostgresServer
 
 # `make test` runs on three pytest-xdist workers (most tests wait on clients, timers and fsyncs).
@@ -107,6 +108,8 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> BrokerProcess:
+        if not self.port:  # its first start: a port it can have again after a SIGKILL
+            self.port = restartable_port()
         command = [
             sys.executable,
             "-m",

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from onceflow.faults.ports import restartable_port
 from onceflow.sessions import stat_fields
 
 
@@ -39,6 +40,8 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> BrokerProcess:
+        if not self.port:  # its first start: a port it can have again after a SIGKILL
+            self.port = restartable_port()
         command = [sys.executable, "-m", "onceflow.cli", "broker", "--listen", f"127.0.0.1:{self.port}"]
         command += ["--data-dir", str(self.data_dir), *self.extra_args]
         if self.metrics:
