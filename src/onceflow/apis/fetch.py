@@ -37,21 +37,22 @@ _LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch
 
 def handle(request: Request) -> Any:
     body = request.body
-    follower = _replica_id(body) >= 0 and request.broker.cluster is not None
+    replica_id = _replica_id(body)
+    cluster = request.broker.cluster
+    follower = replica_id >= 0 and cluster is not None
     # Sessions exist from v7; older requests have neither field. Kept for brokers of the cluster
     # that name topics (onceflow's followers fetch at v12), declined for everyone else.
     session_id, epoch = getattr(body, "session_id", 0), getattr(body, "session_epoch", -1)
     session = None
-    cluster = request.broker.cluster
     kept = (
         cluster is not None
-        and _replica_id(body) in cluster.view.brokers
+        and replica_id in cluster.view.brokers
         and request.api_version < FIRST_VERSION_WITH_TOPIC_IDS
     )
     if kept and epoch == 0:
-        session = request.broker.fetch_sessions.open(_replica_id(body), body.topics)
+        session = request.broker.fetch_sessions.open(replica_id, body.topics)
     elif kept and epoch > 0:
-        found = request.broker.fetch_sessions.next_fetch(_replica_id(body), session_id, epoch)
+        found = request.broker.fetch_sessions.next_fetch(replica_id, session_id, epoch)
         if isinstance(found, ErrorCode):
             return request.respond(throttle_time=0, error_code=found, session_id=0, responses=[])
         session = found
