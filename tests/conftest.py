@@ -15,8 +15,8 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 from onceflow import EmbeddedBroker
+from onceflow.cluster.ports import restartable_port
 from onceflow.faults.broker_process import wait_until as wait_until  # the tests import it from here
-from onceflow.faults.ports import restartable_port
 from tests.postgres import PostgresServer
 
 # `make test` runs on three pytest-xdist workers (most tests wait on clients, timers and fsyncs).

@@ -88,6 +88,9 @@ def test_cluster_run_serves_clients_restarts_a_broker_from_its_log_and_stops_on_
         zip(["1", "2", "3"], bootstrap.split(","), strict=True)
     )
     pids = [int(match.group(2)) for match in brokers if match]
+    # Below the ephemeral range, so that no client connection takes a killed broker's port.
+    lowest_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert all(int(address.rsplit(":", 1)[1]) < lowest_ephemeral for address in bootstrap.split(","))
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
     for index in range(5):

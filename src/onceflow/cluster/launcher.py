@@ -21,6 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from onceflow.cluster.errors import ClusterError
+from onceflow.cluster.ports import restartable_port
 from onceflow.cluster.zookeeper_server import ZooKeeperServer, free_port
 
 HOST = "127.0.0.1"
@@ -139,7 +140,9 @@ def run_cluster(brokers: int, data_dir: Path, out: Callable[[str], None]) -> int
 
 
 def _start_broker(broker_id: int, data_dir: Path, zookeeper: str, brokers: int) -> LaunchedBroker:
-    port = free_port()
+    # Below the ephemeral range: the command in the broker's log starts it again on this port
+    # after a kill, which a client connection's local port could otherwise have taken.
+    port = restartable_port() or free_port()
     command = broker_command(broker_id, port, data_dir / f"broker-{broker_id}", zookeeper, brokers)
     log_path = data_dir / f"broker-{broker_id}.log"
     with log_path.open("wb") as log:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from onceflow.faults.ports import restartable_port
+from onceflow.cluster.ports import restartable_port
 from onceflow.sessions import stat_fields
 
 
