@@ -1,0 +1,46 @@
+"""A SIGTERM or Ctrl-C to `onceflow lab` (as to the demo and the fuzzer) stops every process it
+started: its brokers and clients, also those in sessions of their own, which no signal to the
+command's process group reaches (the demo's Spark pipelines)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from onceflow.process_tree import alive, descendants
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupted_lab_run_leaves_no_process_behind(tmp_path: Path, signum: int) -> None:
+    lab = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "onceflow.cli", "lab", "run", "--guarantee", "exactly-once"),
+            *("--faults", "broker-crash", "--seconds", "60", "--workdir", str(tmp_path)),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the signal goes to the command alone, not to this test
+    )
+    try:
+        # Its broker and its clients: the broker first, the clients once it is up.
+        wait_until(lambda: len(descendants(lab.pid)) >= 3, timeout_s=60)
+        started = descendants(lab.pid)
+        lab.send_signal(signum)
+        _, errors = lab.communicate(timeout=30)
+        assert lab.returncode == 128 + signum
+        assert errors.strip().splitlines()[-1].startswith("onceflow: interrupted")
+        wait_until(lambda: not any(alive(pid) for pid in started), timeout_s=15)
+    finally:
+        if lab.poll() is None:
+            lab.kill()
+        for pid in descendants(lab.pid):
+            os.kill(pid, signal.SIGKILL)
