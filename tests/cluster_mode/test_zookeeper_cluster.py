@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,11 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
 )
+from kafka import KafkaProducer
+from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
+from onceflow.cluster.znodes import PartitionState, partition_state_path
 from tests.cluster_mode.conftest import BROKER_IDS, Cluster
 from tests.conftest import wait_until
 from tests.wire import WireClient, make_batch, produce
@@ -118,6 +122,51 @@ def test_only_the_leader_takes_produce_and_fetch(shared_cluster: Cluster) -> Non
             assert (named.leader_id, named.leader_epoch) == leader
         [endpoint] = with_endpoints.node_endpoints
         assert (endpoint.node_id, f"{endpoint.host}:{endpoint.port}") == (partition.leader_id, leader_address)
+
+
+def test_a_leader_that_is_not_live_is_answered_as_no_leader(shared_cluster: Cluster) -> None:
+    """Between a leader's death and the controller's election of another, ZooKeeper still names
+    the dead broker. Clients are told there is no leader (LEADER_NOT_AVAILABLE, leader -1), as
+    Kafka's metadata cache answers: a kafka-python producer told of a leader missing from the
+    answer's brokers failed on every round of its I/O thread and never asked again."""
+    cluster = shared_cluster
+    create_topic(cluster, "orphaned", 1, 3)
+    led = cluster.wait_for_leader("orphaned")
+    dead = 9  # registered nowhere, as a broker whose session just ended
+    path = partition_state_path("orphaned", 0)
+    zookeeper = KazooClient(hosts=cluster.zookeeper.connect_string)
+    zookeeper.start(timeout=30)
+    try:
+        data, stat = zookeeper.get(path)
+        state = PartitionState.decode(data)
+        orphaned = replace(state, leader=dead, leader_epoch=state.leader_epoch + 1, isr=(dead,))
+        zookeeper.set(path, orphaned.encode(), version=stat.version)  # as a controller writes it
+        wait_until(
+            lambda: all(
+                cluster.partition(b, "orphaned").leader_epoch == orphaned.leader_epoch for b in BROKER_IDS
+            )
+        )
+        for broker_id in BROKER_IDS:
+            answer = cluster.metadata(broker_id, "orphaned")
+            partition = answer.topics[0].partitions[0]
+            assert dead not in [broker.node_id for broker in answer.brokers]
+            assert (partition.error_code, partition.leader_id) == (ErrorCode.leader_not_available, -1)
+            assert partition.leader_epoch == orphaned.leader_epoch
+            with WireClient(cluster.brokers[broker_id].bootstrap_servers) as client:
+                refused = produce(client, "orphaned", 0, make_batch([b"x"]), acks=1, version=10)
+            assert refused.error_code == ErrorCode.not_leader_or_follower
+            assert refused.current_leader.leader_id == -1
+        # A producer that starts now, before the election, delivers once it is made.
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+        sent = producer.send("orphaned", b"after the election")
+        _, stat = zookeeper.get(path)
+        elected = replace(state, leader_epoch=orphaned.leader_epoch + 1)
+        zookeeper.set(path, elected.encode(), version=stat.version)
+        assert sent.get(timeout=30).offset >= 0
+        producer.close(timeout=10)
+    finally:
+        zookeeper.stop()
+    assert cluster.wait_for_leader("orphaned").leader_id == led.leader_id
 
 
 def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_lost(

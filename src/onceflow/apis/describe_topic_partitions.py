@@ -103,7 +103,8 @@ def _partition(request: Request, topic: str, partition: int) -> dict[str, Any]:
         else:
             replicas = list(view.topics[topic].replicas[partition])
             state = view.states.get((topic, partition))
-            leader, epoch = (state.leader, state.leader_epoch) if state is not None else (-1, 0)
+            leader = view.live_leader(topic, partition)
+            epoch = state.leader_epoch if state is not None else 0
             isr = list(state.isr) if state is not None else []
             offline = [replica for replica in replicas if replica not in view.brokers]
     return {

@@ -146,8 +146,9 @@ def _describe_cluster_topic(
         if state is None:
             partitions.append(_partition(index, -1, 0, list(nodes), [], offline))
         else:
+            leader = view.live_leader(name, index)
             partitions.append(
-                _partition(index, state.leader, state.leader_epoch, list(nodes), list(state.isr), offline)
+                _partition(index, leader, state.leader_epoch, list(nodes), list(state.isr), offline)
             )
     return _topic(name, assignment.topic_id, partitions, operations)
 

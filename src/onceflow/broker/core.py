@@ -488,8 +488,11 @@ class Broker:
         them (KIP-951), so that a client goes there without a Metadata request first."""
         if self.cluster is None:
             return None
-        state = self.cluster.view.states.get((topic, partition))
-        return None if state is None else {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+        view = self.cluster.view
+        state = view.states.get((topic, partition))
+        if state is None:
+            return None
+        return {"leader_id": view.live_leader(topic, partition), "leader_epoch": state.leader_epoch}
 
     def known_endpoints(self) -> list[Endpoint]:
         """This broker, and in a cluster every live broker registered in ZooKeeper."""

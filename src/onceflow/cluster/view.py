@@ -27,6 +27,14 @@ class ClusterView:
         state = self.states.get((topic, partition))
         return NO_LEADER if state is None else state.leader
 
+    def live_leader(self, topic: str, partition: int) -> int:
+        """The leader as clients are told of it: none while the broker named is not live (it
+        died and the controller has not elected another yet), as Kafka's metadata cache answers.
+        A client told of a leader missing from the brokers it was given may never recover: a
+        kafka-python producer failed on every round of its I/O thread."""
+        leader = self.leader(topic, partition)
+        return leader if leader in self.brokers else NO_LEADER
+
     def isr(self, topic: str, partition: int) -> tuple[int, ...]:
         state = self.states.get((topic, partition))
         return () if state is None else state.isr
