@@ -18,6 +18,7 @@ sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]  # None blo
 from onceflow import __version__  # noqa: E402
 from onceflow.admin.commands import COMMANDS as ADMIN_COMMANDS  # noqa: E402
 from onceflow.admin.commands import add_admin_commands, run_admin_command  # noqa: E402
+from onceflow.arguments import output_directory  # noqa: E402
 from onceflow.broker.config import BrokerConfig, ConfigError, parse_assignments  # noqa: E402
 from onceflow.extras import MissingExtraError  # noqa: E402
 
@@ -48,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     demo = commands.add_parser(
         "demo", help="the main job: the three delivery guarantees side by side under the same faults"
     )
-    demo.add_argument("--report-dir", type=Path, default=Path("demo-report"), help="JSON and HTML reports")
+    demo.add_argument(
+        "--report-dir", type=output_directory, default=Path("demo-report"), help="JSON and HTML reports"
+    )
     demo.add_argument("--seed", type=int, default=7)
     demo.add_argument("--short", action="store_true", help="fewer records, for CI")
     demo.add_argument("--bootstrap", help="an external Kafka cluster (no broker faults then)")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from onceflow.embedded import EmbeddedBroker
 from onceflow.extras import require
 from onceflow.lab import broker_metrics, broker_table, matrix
+from onceflow.lab.command import bootstrap_error
 from onceflow.lab.presets import PRESETS
 from onceflow.lab.report import NOT_TESTED, label, print_table, write_html, write_json
 from onceflow.lab.runner import Scenario, run_scenario
@@ -77,6 +79,9 @@ def run_demo(
 ) -> int:
     # Before the lab's minutes: the pipeline stage runs Spark in a subprocess.
     require("onceflow demo", "PySpark", "lab", ("pyspark", "pandas", "pyarrow"))
+    if unreachable := bootstrap_error(bootstrap):
+        print(f"onceflow demo: {unreachable}", file=sys.stderr)
+        return unreachable.exit_code
     # Wide enough for the side-by-side table also when the output goes to a file or a CI log.
     console = console or Console(width=None if Console().is_terminal else 150)
     size = SHORT if short else FULL

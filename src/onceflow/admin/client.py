@@ -107,6 +107,19 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def check_reachable(bootstrap: str, timeout_s: float) -> None:
+    """Raises AdminError unless one of the comma-separated addresses takes a TCP connection:
+    librdkafka only says "timed out" about a broker it cannot reach, a plain connect says why."""
+    reasons = []
+    for address in bootstrap.split(","):
+        try:
+            socket.create_connection(parse_address(address), timeout=timeout_s).close()
+            return
+        except OSError as error:
+            reasons.append(f"{address}: {error.strerror or error}")
+    raise AdminError(f"cannot reach a broker at {'; '.join(reasons)}")
+
+
 def error_name(code: ErrorCode) -> str:
     return code.name.upper()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any, Literal, TypeVar
@@ -10,7 +9,7 @@ from typing import Any, Literal, TypeVar
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from onceflow.admin.client import parse_address
+from onceflow.admin.client import check_reachable
 from onceflow.admin.errors import AdminError
 
 T = TypeVar("T")
@@ -23,16 +22,7 @@ def settings(bootstrap: str) -> dict[str, Any]:
 
 
 def connect(bootstrap: str, timeout_s: float) -> AdminClient:
-    # librdkafka only says "timed out" about a broker it cannot reach; a plain TCP connect says why.
-    reasons = []
-    for address in bootstrap.split(","):
-        try:
-            socket.create_connection(parse_address(address), timeout=timeout_s).close()
-            break
-        except OSError as error:
-            reasons.append(f"{address}: {error.strerror or error}")
-    else:
-        raise AdminError(f"cannot reach a broker at {'; '.join(reasons)}")
+    check_reachable(bootstrap, timeout_s)
     return AdminClient(settings(bootstrap))
 
 

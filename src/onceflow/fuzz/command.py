@@ -5,38 +5,38 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from onceflow.arguments import output_directory, output_file, positive_float, positive_int
 from onceflow.extras import require
 from onceflow.fuzz.campaign import FuzzReport, run
 
 
 def add_fuzz_arguments(fuzz: argparse.ArgumentParser) -> None:
-    fuzz.add_argument("--seconds", type=float, default=60.0, help="how long to send mutated requests")
-    fuzz.add_argument("--seed", type=int, default=1)
-    fuzz.add_argument("--connections", type=int, default=24, help="connections sending at once")
-    fuzz.add_argument("--json", type=Path, help="write the report as JSON here")
     fuzz.add_argument(
-        "--regressions", type=Path, help="save each frame that crashes the broker (or makes it fail) here"
+        "--seconds", type=positive_float, default=60.0, help="how long to send mutated requests"
     )
-    fuzz.add_argument("--workdir", type=Path, help="keep the broker's data and log here")
+    fuzz.add_argument("--seed", type=int, default=1)
+    fuzz.add_argument("--connections", type=positive_int, default=24, help="connections sending at once")
+    fuzz.add_argument("--json", type=output_file, help="write the report as JSON here")
+    fuzz.add_argument(
+        "--regressions",
+        type=output_directory,
+        help="save each frame that crashes the broker (or makes it fail) here",
+    )
+    fuzz.add_argument("--workdir", type=output_directory, help="keep the broker's data and log here")
 
 
 def run_fuzz_command(args: argparse.Namespace) -> int:
-    if args.seconds <= 0 or args.connections <= 0:
-        print("onceflow fuzz: --seconds and --connections must be positive", file=sys.stderr)
-        return 2
     require("onceflow fuzz", "kafka-python and aiokafka", "fuzz", ("kafka", "aiokafka"))
     with tempfile.TemporaryDirectory(prefix="onceflow-fuzz-") as scratch:
         workdir = args.workdir or Path(scratch)
         report = run(args.seconds, args.seed, args.connections, workdir, args.regressions)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(dataclasses.asdict(report), indent=2) + "\n")
     print_report(report)
     return 0 if report.clean else 1

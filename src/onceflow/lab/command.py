@@ -8,9 +8,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from onceflow.admin.client import check_reachable
+from onceflow.admin.errors import AdminError
+from onceflow.arguments import output_directory, output_file, positive_float, positive_int
 from onceflow.faults.proxy import BROKER_FAULTS
 from onceflow.lab import faults
 from onceflow.lab.presets import PRESETS
+
+REACH_TIMEOUT_S = 5.0
 
 
 def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
@@ -28,9 +33,12 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
         metavar="F1,F2",
         help=f"a set of faults from {', '.join(faults.FAULTS)}; repeat for one run per set (default: all)",
     )
-    run.add_argument("--messages", type=int, default=300)
+    run.add_argument("--messages", type=positive_int, default=300)
     run.add_argument(
-        "--seconds", type=float, default=6.0, help="how long the producers spread their messages over"
+        "--seconds",
+        type=positive_float,
+        default=6.0,
+        help="how long the producers spread their messages over",
     )
     run.add_argument(
         "--broker-fault",
@@ -43,11 +51,13 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
         help="judge this cluster (any Kafka-compatible one) instead of starting a broker:"
         " no broker-crash and no --broker-fault then",
     )
-    run.add_argument("--json", type=Path, help="write the runs as JSON here")
+    run.add_argument("--json", type=output_file, help="write the runs as JSON here")
     run.add_argument(
-        "--html", type=Path, help="write a self-contained HTML report (timelines, charts, anomalies) here"
+        "--html",
+        type=output_file,
+        help="write a self-contained HTML report (timelines, charts, anomalies) here",
     )
-    run.add_argument("--workdir", type=Path, help="keep histories, logs and broker data here")
+    run.add_argument("--workdir", type=output_directory, help="keep histories, logs and broker data here")
     matrix = actions.add_parser(
         "matrix", help="each documented failure alone against each guarantee, judged against the promises"
     )
@@ -55,28 +65,35 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
         "--failure", action="append", choices=["A", "B", "C", "D", "E", "F"], help="repeatable; default all"
     )
     matrix.add_argument("--guarantee", action="append", choices=list(PRESETS), help="repeatable; default all")
-    matrix.add_argument("--messages", type=int, default=150)
-    matrix.add_argument("--seconds", type=float, default=3.0, help="how long the producers send for")
+    matrix.add_argument("--messages", type=positive_int, default=150)
+    matrix.add_argument("--seconds", type=positive_float, default=3.0, help="how long the producers send for")
     matrix.add_argument("--seed", type=int, default=1)
     matrix.add_argument("--bootstrap", help="judge this cluster instead of starting a broker per run")
-    matrix.add_argument("--json", type=Path, help="write the matrix as JSON here")
+    matrix.add_argument("--json", type=output_file, help="write the matrix as JSON here")
     matrix.add_argument(
-        "--html", type=Path, help="write a self-contained HTML report: the matrix, then every cell's run"
+        "--html",
+        type=output_file,
+        help="write a self-contained HTML report: the matrix, then every cell's run",
     )
-    matrix.add_argument("--workdir", type=Path, help="keep histories, logs and broker data here")
+    matrix.add_argument("--workdir", type=output_directory, help="keep histories, logs and broker data here")
     broker_table = actions.add_parser(
         "broker-table",
         help="the documents' broker table on a cluster of its own (ZooKeeper and 3 brokers):"
         " acks=1 and acks=all under follower-lag and leader-crash, unclean-election",
     )
-    broker_table.add_argument("--json", type=Path, help="write the rows as JSON here")
-    broker_table.add_argument("--workdir", type=Path, help="keep broker data, logs and histories here")
+    broker_table.add_argument("--json", type=output_file, help="write the rows as JSON here")
+    broker_table.add_argument(
+        "--workdir", type=output_directory, help="keep broker data, logs and histories here"
+    )
     actions.add_parser("presets", help="print the client configs of the three guarantees")
 
 
 def run_lab_command(args: argparse.Namespace) -> int:
     if args.lab_command == "presets":
         return _print_presets()
+    if args.lab_command in ("run", "matrix") and (unreachable := bootstrap_error(args.bootstrap)):
+        print(f"onceflow lab {args.lab_command}: {unreachable}", file=sys.stderr)
+        return unreachable.exit_code
     if args.lab_command == "matrix":
         return _run_matrix(args)
     if args.lab_command == "broker-table":
@@ -133,6 +150,18 @@ def run_lab_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if untested else 0
+
+
+def bootstrap_error(bootstrap: str | None) -> AdminError | None:
+    """Why a cluster given with --bootstrap cannot be judged (no broker answers), or None: its
+    clients would otherwise retry for the whole run."""
+    if bootstrap is None:
+        return None
+    try:
+        check_reachable(bootstrap, REACH_TIMEOUT_S)
+    except AdminError as error:
+        return error
+    return None
 
 
 def _run_matrix(args: argparse.Namespace) -> int:

@@ -8,16 +8,10 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
+from onceflow.arguments import positive_float, positive_int
 from onceflow.pipeline.events import INPUT_TOPIC, generate
 from onceflow.pipeline.settings import AT_LEAST_ONCE, EXACTLY_ONCE, PipelineSettings
 from onceflow.stores import StoreError, open_store
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
-    return value
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +28,7 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--trigger-ms", type=positive_int, help="micro-batch interval (default: back to back)")
     run.add_argument("--max-offsets", type=positive_int, help="at most this many input offsets per batch")
     run.add_argument(
-        "--until-idle", type=float, metavar="SECONDS", help="stop once no new input came for SECONDS"
+        "--until-idle", type=positive_float, metavar="SECONDS", help="stop once no new input came for SECONDS"
     )
 
     gen = commands.add_parser("generate", help=f"write seeded payment events to {INPUT_TOPIC!r}")

@@ -1,0 +1,78 @@
+"""The long-running commands (demo, lab, fuzz, pipeline) refuse bad input in one line before
+their minutes of work: before, a negative count ran the whole lab, a zero duration failed with
+a traceback, an unwritable report path failed after the runs, and an unreachable --bootstrap
+retried until killed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+UNWRITABLE = "/proc/onceflow-nowhere"
+
+
+def onceflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "onceflow.cli", *args], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (("lab", "run", "--messages", "-5"), "--messages: must be a positive integer, not -5"),
+        (("lab", "run", "--seconds", "0"), "--seconds: must be a positive number, not 0"),
+        (("lab", "matrix", "--seconds", "nan"), "--seconds: must be a positive number, not nan"),
+        (("lab", "matrix", "--messages", "x"), "--messages: must be a positive integer, not x"),
+        (("lab", "run", "--workdir", UNWRITABLE), f"--workdir: cannot make directory {UNWRITABLE}"),
+        (("lab", "run", "--json", f"{UNWRITABLE}/runs.json"), f"--json: cannot make directory {UNWRITABLE}"),
+        (("lab", "matrix", "--html", "/tmp"), "--html: /tmp is a directory"),
+        (("lab", "broker-table", "--json", f"{UNWRITABLE}/t.json"), "--json: cannot make directory"),
+        (("demo", "--report-dir", UNWRITABLE), f"--report-dir: cannot make directory {UNWRITABLE}"),
+        (("fuzz", "--seconds", "-1"), "--seconds: must be a positive number, not -1"),
+        (("fuzz", "--connections", "0"), "--connections: must be a positive integer, not 0"),
+        (
+            (
+                "pipeline",
+                "run",
+                "--bootstrap",
+                "127.0.0.1:1",
+                "--checkpoint",
+                "c",
+                "--db",
+                "d",
+                "--until-idle",
+                "0",
+            ),
+            "--until-idle: must be a positive number, not 0",
+        ),
+        (("lab", "run", "--bootstrap", "nowhere"), "expected HOST:PORT, got 'nowhere'"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line(args: tuple[str, ...], complaint: str, tmp_path: Path) -> None:
+    refused = onceflow(*args, cwd=tmp_path)  # relative paths land there, were anything accepted
+    assert refused.returncode == 2, refused.stderr
+    assert complaint in refused.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("command", [("lab", "run"), ("lab", "matrix"), ("demo",)])
+def test_an_unreachable_bootstrap_is_refused_before_the_run(command: tuple[str, ...], tmp_path: Path) -> None:
+    # Nothing listens on port 1 of the loopback; a second address that fails too is named as well.
+    refused = onceflow(
+        *command,
+        "--bootstrap",
+        "127.0.0.1:1,127.0.0.1:2",
+        "--workdir" if command[0] == "lab" else "--report-dir",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 1, refused.stderr
+    line = refused.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"onceflow {' '.join(command)}: cannot reach a broker at 127.0.0.1:1: ")
+    assert "127.0.0.1:2: " in line
