@@ -61,6 +61,9 @@ def test_the_command_reads_the_clusters_zookeeper(shared_cluster: Cluster) -> No
 
 
 def test_an_unreachable_zookeeper_is_an_error_not_a_crash() -> None:
-    result = onceflow("cluster", "status", "--zookeeper", f"127.0.0.1:{free_port()}", "--timeout", "1")
+    address = f"127.0.0.1:{free_port()}"
+    result = onceflow("cluster", "status", "--zookeeper", address, "--timeout", "1")
     assert result.returncode == 1
-    assert "cannot reach ZooKeeper" in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"onceflow cluster status: cannot reach ZooKeeper at {address}"
+    ]

@@ -5,6 +5,7 @@ partitions, read from its ZooKeeper (where Kafka's own tools of the ZooKeeper er
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,11 @@ def show_status(args: argparse.Namespace) -> Report:
         raise AdminError(str(error)) from error
     from onceflow.cluster.zk import read_cluster  # kazoo, only when asked
 
+    # kazoo logs every failed connection attempt (Python's last-resort handler prints them);
+    # the command says why it failed in one line.
+    kazoo_log = logging.getLogger("kazoo")
+    if not kazoo_log.handlers:
+        kazoo_log.addHandler(logging.NullHandler())
     try:
         status = cluster_status(read_cluster(args.zookeeper, args.timeout))
     except ClusterError as error:
