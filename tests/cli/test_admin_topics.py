@@ -64,6 +64,20 @@ def test_an_unknown_topic_is_one_line_on_stderr(broker: EmbeddedBroker) -> None:
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize(
+    ("factor", "problem"), [("0", "must be at least 1 (or -1 for the default)"), ("2", "is larger than")]
+)
+def test_a_replication_factor_one_broker_cannot_have_says_why(
+    broker: EmbeddedBroker, factor: str, problem: str
+) -> None:
+    arguments = ["topics", "create", "copies", "--replication-factor", factor]
+    result = onceflow(*arguments, "--bootstrap", broker.bootstrap_servers)
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"onceflow topics create: cannot create topic 'copies': replication factor {factor} {problem}"
+    )
+
+
 def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -88,6 +88,9 @@ def test_brokers_agree_on_topics_replicas_and_leaders(shared_cluster: Cluster) -
     with pytest.raises(KafkaException) as refused:
         create_topic(cluster, "too-many", 1, 4)
     assert refused.value.args[0].code() == ErrorCode.invalid_replication_factor
+    with pytest.raises(KafkaException) as refused:
+        create_topic(cluster, "no-copies", 1, 0)
+    assert "must be at least 1" in refused.value.args[0].str()
 
 
 def test_auto_created_topics_take_the_default_replication_factor(shared_cluster: Cluster) -> None:

@@ -17,6 +17,7 @@ from onceflow.log.errors import LogError
 API_KEY = 19
 MIN_VERSION = 2
 MAX_VERSION = 7
+_NOT_POSITIVE = "must be at least 1 (or -1 for the default)"
 
 
 def handle(request: Request) -> Any:
@@ -103,11 +104,9 @@ def _create(request: Request, topic: Any, validate_only: bool) -> dict[str, Any]
     if partitions == -1:
         partitions = broker.config.get_int("num.partitions")
     if topic.replication_factor not in (-1, 1):
-        return _failed(
-            name,
-            ErrorCode.invalid_replication_factor,
-            f"replication factor {topic.replication_factor} is larger than the 1 available broker",
-        )
+        problem = "is larger than the 1 available broker" if topic.replication_factor > 1 else _NOT_POSITIVE
+        message = f"replication factor {topic.replication_factor} {problem}"
+        return _failed(name, ErrorCode.invalid_replication_factor, message)
     configs = {config.name: config.value for config in topic.configs if config.value is not None}
     if name in broker.logs.topics:
         return _failed(name, ErrorCode.topic_already_exists, f"topic {name!r} already exists")

@@ -38,7 +38,11 @@ def assign_replicas(
     replica is the broker after the previous partition's, the others follow it. The start
     depends on the topic's name, so the leaders of single-partition topics spread out too."""
     ordered = sorted(brokers)
-    if not 1 <= replication_factor <= len(ordered):
+    if replication_factor < 1:
+        raise ReplicationFactorError(
+            f"replication factor {replication_factor} must be at least 1 (or -1 for the default)"
+        )
+    if replication_factor > len(ordered):
         raise ReplicationFactorError(
             f"replication factor {replication_factor} needs that many live brokers, "
             f"and {len(ordered)} are live"
