@@ -52,6 +52,25 @@ def onceflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
             "--until-idle: must be a positive number, not 0",
         ),
         (("lab", "run", "--bootstrap", "nowhere"), "expected HOST:PORT, got 'nowhere'"),
+        (
+            (
+                "pipeline",
+                "run",
+                "--bootstrap",
+                "127.0.0.1:1",
+                "--checkpoint",
+                "c",
+                "--db",
+                "d",
+                "--master",
+                "bogus",
+            ),
+            "--master: must be local[N], spark://HOST:PORT, k8s://... or yarn, not 'bogus'",
+        ),
+        (
+            ("pipeline", "run", "--bootstrap", "127.0.0.1:1", "--checkpoint", f"{UNWRITABLE}/c", "--db", "d"),
+            f"--checkpoint: cannot make directory {UNWRITABLE}/c",
+        ),
     ],
 )
 def test_bad_input_is_refused_in_one_line(args: tuple[str, ...], complaint: str, tmp_path: Path) -> None:
@@ -61,18 +80,21 @@ def test_bad_input_is_refused_in_one_line(args: tuple[str, ...], complaint: str,
     assert "Traceback" not in refused.stderr
 
 
-@pytest.mark.parametrize("command", [("lab", "run"), ("lab", "matrix"), ("demo",)])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("lab", "run", "--workdir", "w"),
+        ("lab", "matrix", "--workdir", "w"),
+        ("demo", "--report-dir", "r"),
+        ("pipeline", "run", "--checkpoint", "c", "--db", "d.sqlite"),
+        ("pipeline", "generate"),
+    ],
+)
 def test_an_unreachable_bootstrap_is_refused_before_the_run(command: tuple[str, ...], tmp_path: Path) -> None:
     # Nothing listens on port 1 of the loopback; a second address that fails too is named as well.
-    refused = onceflow(
-        *command,
-        "--bootstrap",
-        "127.0.0.1:1,127.0.0.1:2",
-        "--workdir" if command[0] == "lab" else "--report-dir",
-        str(tmp_path),
-        cwd=tmp_path,
-    )
+    refused = onceflow(*command, "--bootstrap", "127.0.0.1:1,127.0.0.1:2", cwd=tmp_path)
     assert refused.returncode == 1, refused.stderr
     line = refused.stderr.strip().splitlines()[-1]
-    assert line.startswith(f"onceflow {' '.join(command)}: cannot reach a broker at 127.0.0.1:1: ")
+    name = "pipeline" if command[0] == "pipeline" else " ".join(command[:-2])
+    assert line.startswith(f"onceflow {name}: cannot reach a broker at 127.0.0.1:1: ")
     assert "127.0.0.1:2: " in line

@@ -8,10 +8,28 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from onceflow.arguments import positive_float, positive_int
+from onceflow.admin.client import check_reachable
+from onceflow.admin.errors import AdminError
+from onceflow.arguments import output_directory, positive_float, positive_int
 from onceflow.pipeline.events import INPUT_TOPIC, generate
 from onceflow.pipeline.settings import AT_LEAST_ONCE, EXACTLY_ONCE, PipelineSettings
 from onceflow.stores import StoreError, open_store
+
+REACH_TIMEOUT_S = 5.0
+
+
+def spark_master(text: str) -> str:
+    """Spark's own first check, made before a JVM starts only to fail with a stack trace."""
+    if text == "yarn" or text.startswith(("local", "spark://", "k8s://")):
+        return text
+    raise argparse.ArgumentTypeError(f"must be local[N], spark://HOST:PORT, k8s://... or yarn, not {text!r}")
+
+
+def checkpoint_location(text: str) -> str:
+    """A URL of another file system as it is; a local directory made and checked now."""
+    if "://" not in text or text.startswith("file://"):
+        output_directory(text.removeprefix("file://"))
+    return text
 
 
 def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,9 +37,14 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
 
     run = commands.add_parser("run", help="run the payments pipeline on Spark")
     run.add_argument("--bootstrap", required=True, help="HOST:PORT of a Kafka-protocol broker")
-    run.add_argument("--master", default="local[2]", help="Spark master: local[N] or spark://HOST:PORT")
     run.add_argument(
-        "--checkpoint", required=True, help="checkpoint directory or URL (hdfs://, s3a://...) of the queries"
+        "--master", type=spark_master, default="local[2]", help="Spark master: local[N] or spark://HOST:PORT"
+    )
+    run.add_argument(
+        "--checkpoint",
+        type=checkpoint_location,
+        required=True,
+        help="checkpoint directory or URL (hdfs://, s3a://...) of the queries",
     )
     run.add_argument("--db", required=True, help="balances store: a SQLite path or a postgresql:// URL")
     run.add_argument("--guarantee", choices=[EXACTLY_ONCE, AT_LEAST_ONCE], default=EXACTLY_ONCE)
@@ -42,6 +65,9 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
     """Errors a user can fix (a bad database target, an unreachable broker) are one line on stderr."""
     try:
         return _run(args)
+    except AdminError as error:
+        print(f"onceflow pipeline: {error}", file=sys.stderr)
+        return error.exit_code
     except (StoreError, KafkaException, ValueError) as error:
         print(f"onceflow pipeline: {error}", file=sys.stderr)
         return 1
@@ -49,6 +75,7 @@ def run_pipeline_command(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.pipeline_command == "generate":
+        check_reachable(args.bootstrap, REACH_TIMEOUT_S)
         workload = generate(args.bootstrap, args.count, args.seed, args.partitions)
         committed = workload.committed()
         total = sum(workload.expected_balances().values())
@@ -59,6 +86,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 0
     open_store(args.db).close()  # a bad target fails here, before Spark starts
+    check_reachable(args.bootstrap, REACH_TIMEOUT_S)
     from onceflow.pipeline.job import run_pipeline  # imports pyspark: only when it runs
 
     return run_pipeline(
