@@ -62,12 +62,20 @@ class EmbeddedBroker:
         return f"http://{address[0]}:{address[1]}/metrics"
 
     def start(self) -> EmbeddedBroker:
+        """Starts the broker (again, after a stop); raises what kept it from starting, and then
+        holds nothing: a later stop() does nothing."""
+        if self._thread is not None:
+            raise RuntimeError("this EmbeddedBroker is already running: stop() it first")
         started: Future[None] = Future()
-        self._thread = threading.Thread(
-            target=self._run, args=(started,), name="onceflow-broker", daemon=True
-        )
-        self._thread.start()
-        started.result(timeout=60)
+        thread = threading.Thread(target=self._run, args=(started,), name="onceflow-broker", daemon=True)
+        thread.start()
+        try:
+            started.result(timeout=60)
+        except BaseException:
+            thread.join(timeout=60)
+            self._forget()
+            raise
+        self._thread = thread
         return self
 
     def stop(self) -> None:
@@ -75,9 +83,12 @@ class EmbeddedBroker:
             return
         self._loop.call_soon_threadsafe(self._stopped.set)
         self._thread.join(timeout=60)
-        self._loop = None
+        self._forget()
         if self._owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _forget(self) -> None:
+        self._loop = self._stopped = self._server = self._thread = None
 
     def _run(self, started: Future[None]) -> None:
         asyncio.run(self._main(started))
