@@ -86,8 +86,9 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 0
     open_store(args.db).close()  # a bad target fails here, before Spark starts
-    check_reachable(args.bootstrap, REACH_TIMEOUT_S)
     from onceflow.pipeline.job import run_pipeline  # imports pyspark: only when it runs
+
+    check_reachable(args.bootstrap, REACH_TIMEOUT_S)
 
     return run_pipeline(
         PipelineSettings(
