@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from onceflow.apis.common import Request, for_version, once_settled
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request, coordinator_elsewhere, for_version, once_settled
 from onceflow.broker.core import now_ms
 
 API_KEY = 25
@@ -15,6 +17,8 @@ FIRST_VERSION_WITH_PRODUCER_FENCED = 2
 
 def handle(request: Request) -> Any:
     body = request.body
+    if coordinator_elsewhere(request):
+        return request.respond(throttle_time=0, error_code=ErrorCode.not_coordinator)
     reply = request.broker.transactions.add_offsets(
         body.transactional_id, body.producer_id, body.producer_epoch, body.group_id, now_ms()
     )

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from onceflow.apis.common import Request, for_version, once_settled
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request, coordinator_elsewhere, for_version, once_settled
 from onceflow.broker.core import now_ms
 
 API_KEY = 24
@@ -21,6 +23,20 @@ FIRST_VERSION_WITH_PRODUCER_FENCED = 2
 def handle(request: Request) -> Any:
     body = request.body
     wanted = [(topic.name, partition) for topic in body.v3_and_below_topics for partition in topic.partitions]
+    if coordinator_elsewhere(request):
+        return request.respond(
+            throttle_time=0,
+            results_by_topic_v3_and_below=[
+                {
+                    "name": topic.name,
+                    "results_by_partition": [
+                        {"partition_index": partition, "partition_error_code": ErrorCode.not_coordinator}
+                        for partition in topic.partitions
+                    ],
+                }
+                for topic in body.v3_and_below_topics
+            ],
+        )
     reply = request.broker.transactions.add_partitions(
         body.v3_and_below_transactional_id,
         body.v3_and_below_producer_id,

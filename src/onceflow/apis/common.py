@@ -117,6 +117,16 @@ async def _after(settled: Awaitable[None], answer: Any) -> Any:
     return answer
 
 
+def coordinator_elsewhere(request: Request) -> bool:
+    """In a cluster, whether another broker coordinates groups and transactions now (the live
+    broker with the lowest id). Their requests are answered NOT_COORDINATOR, as Kafka answers
+    them, and the client looks the coordinator up again. Served here, a client would get this
+    broker's stale state: members of one group split over two coordinators were each given
+    every partition."""
+    cluster = request.broker.cluster
+    return cluster is not None and cluster.view.coordinator_id != request.broker.node_id
+
+
 def for_version(code: ErrorCode, version: int, first_version_with_producer_fenced: int) -> ErrorCode:
     """KIP-588: older request versions report a fenced producer as INVALID_PRODUCER_EPOCH."""
     if code == ErrorCode.producer_fenced and version < first_version_with_producer_fenced:

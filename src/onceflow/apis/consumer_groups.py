@@ -50,6 +50,15 @@ def requested_offsets(topics: Iterable[Any], now_ms: int) -> dict[TopicPartition
     }
 
 
+def every_partition(topics: Iterable[Any], code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+    """The same error for each requested partition, as `commit_results` takes errors."""
+    return {
+        TopicPartition(topic.name, partition.partition_index): code
+        for topic in topics
+        for partition in topic.partitions
+    }
+
+
 def commit_results(topics: Iterable[Any], errors: Mapping[TopicPartition, ErrorCode]) -> list[dict[str, Any]]:
     """Per requested partition, in request order, its error."""
     return [

@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, coordinator_elsewhere
 from onceflow.coordinator.group_metadata import GroupState
 
 API_KEY = 15
@@ -22,6 +22,15 @@ def handle(request: Request) -> Any:
 
 
 def _describe(request: Request, group_id: str) -> dict[str, Any]:
+    if coordinator_elsewhere(request):
+        return {
+            "error_code": ErrorCode.not_coordinator,
+            "group_id": group_id,
+            "group_state": "",
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+        }
     description = request.broker.groups.describe_group(group_id)
     if description is None:
         not_found = request.api_version >= 6

@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, coordinator_elsewhere
 
 API_KEY = 65
 MIN_VERSION = 0
@@ -17,12 +17,15 @@ MAX_VERSION = 0
 def handle(request: Request) -> Any:
     transactions = request.broker.transactions.transactions
     states = []
+    elsewhere = coordinator_elsewhere(request)
     for transactional_id in request.body.transactional_ids:
         metadata = transactions.get(transactional_id)
-        if metadata is None:
+        if metadata is None or elsewhere:
             states.append(
                 {
-                    "error_code": ErrorCode.transactional_id_not_found,
+                    "error_code": ErrorCode.not_coordinator
+                    if elsewhere
+                    else ErrorCode.transactional_id_not_found,
                     "transactional_id": transactional_id,
                     "transaction_state": "",
                     "transaction_timeout": 0,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from onceflow.apis.common import Request
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request, coordinator_elsewhere
 from onceflow.broker.core import now_ms
 
 API_KEY = 12
@@ -14,6 +16,8 @@ MAX_VERSION = 4
 
 def handle(request: Request) -> Any:
     body = request.body
+    if coordinator_elsewhere(request):
+        return request.respond(throttle_time=0, error_code=ErrorCode.not_coordinator)
     error = request.broker.groups.heartbeat(
         body.group_id,
         body.member_id,

@@ -11,7 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, for_version, once_settled
+from onceflow.apis.common import Request, coordinator_elsewhere, for_version, once_settled
 from onceflow.broker.core import now_ms
 
 API_KEY = 22
@@ -28,6 +28,8 @@ def handle(request: Request) -> Any:
     broker = request.broker
     if transactional_id is None:
         return _answer(request, ErrorCode.none, broker.producer_ids.allocate(), 0)
+    if coordinator_elsewhere(request):
+        return _answer(request, ErrorCode.not_coordinator)
     reply = broker.transactions.init_producer_id(
         transactional_id,
         int(body.transaction_timeout.total_seconds() * 1000),

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from onceflow.apis.common import Request
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request, coordinator_elsewhere
 from onceflow.apis.consumer_groups import milliseconds, resolver, when_durable
 from onceflow.broker.core import now_ms
 from onceflow.coordinator.group_metadata import JoinResult, Protocol
@@ -20,6 +22,10 @@ MAX_VERSION = 9
 def handle(request: Request) -> Any:
     body = request.body
     version = request.api_version
+    if coordinator_elsewhere(request):
+        joined_elsewhere: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        joined_elsewhere.set_result(JoinResult(ErrorCode.not_coordinator, body.member_id))
+        return _respond(request, joined_elsewhere)
     session_timeout_ms = milliseconds(body.session_timeout)
     join = JoinRequest(
         group_id=body.group_id,

@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, coordinator_elsewhere
 from onceflow.apis.consumer_groups import when_durable
 from onceflow.broker.core import now_ms
 from onceflow.coordinator.group_requests import MemberIdentity
@@ -18,6 +18,8 @@ MAX_VERSION = 5
 
 def handle(request: Request) -> Any:
     body = request.body
+    if coordinator_elsewhere(request):
+        return request.respond(throttle_time=0, error_code=ErrorCode.not_coordinator, members=[])
     if request.api_version >= 3:
         leaving = [MemberIdentity(member.member_id, member.group_instance_id) for member in body.members]
     else:

@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, coordinator_elsewhere
 
 API_KEY = 16
 MIN_VERSION = 0
@@ -19,7 +19,9 @@ def handle(request: Request) -> Any:
     body = request.body
     states = {state.lower() for state in getattr(body, "states_filter", ())}
     types = {group_type.lower() for group_type in getattr(body, "types_filter", ())}
-    listed = [] if types and GROUP_TYPE not in types else request.broker.groups.list_groups()
+    # What this broker coordinates: nothing while another broker is the coordinator.
+    elsewhere = coordinator_elsewhere(request)
+    listed = [] if elsewhere or (types and GROUP_TYPE not in types) else request.broker.groups.list_groups()
     groups = [
         {
             "group_id": group.group_id,

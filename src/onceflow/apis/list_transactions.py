@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, coordinator_elsewhere
 from onceflow.broker.core import now_ms
 from onceflow.coordinator.transaction import TxnState
 
@@ -23,13 +23,15 @@ def handle(request: Request) -> Any:
     wanted_producers = set(body.producer_id_filters)
     min_duration_ms = getattr(body, "duration_filter", -1)
     now = now_ms()
+    # What this broker coordinates: nothing while another broker is the coordinator.
+    coordinated = {} if coordinator_elsewhere(request) else request.broker.transactions.transactions
     listed = [
         {
             "transactional_id": metadata.transactional_id,
             "producer_id": metadata.producer_id,
             "transaction_state": metadata.state.value,
         }
-        for metadata in request.broker.transactions.transactions.values()
+        for metadata in coordinated.values()
         if (not wanted_states or metadata.state.value in wanted_states)
         and (not wanted_producers or metadata.producer_id in wanted_producers)
         and (min_duration_ms < 0 or (metadata.start_ms >= 0 and now - metadata.start_ms >= min_duration_ms))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from onceflow.apis.common import Request
-from onceflow.apis.consumer_groups import commit_results, requested_offsets, when_durable
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request, coordinator_elsewhere
+from onceflow.apis.consumer_groups import commit_results, every_partition, requested_offsets, when_durable
 from onceflow.broker.core import now_ms
 
 API_KEY = 8
@@ -15,6 +17,9 @@ MAX_VERSION = 8
 
 def handle(request: Request) -> Any:
     body = request.body
+    if coordinator_elsewhere(request):
+        refused = every_partition(body.topics, ErrorCode.not_coordinator)
+        return request.respond(throttle_time=0, topics=commit_results(body.topics, refused))
     now = now_ms()
     errors = request.broker.groups.commit_offsets(
         body.group_id,

@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, coordinator_elsewhere
 from onceflow.apis.consumer_groups import when_durable
 from onceflow.broker.core import now_ms
 from onceflow.coordinator.group_metadata import TopicPartition
@@ -20,6 +20,8 @@ MAX_VERSION = 0
 def handle(request: Request) -> Any:
     broker = request.broker
     topics = request.body.topics
+    if coordinator_elsewhere(request):
+        return request.respond(error_code=ErrorCode.not_coordinator, throttle_time=0, topics=[])
     # Partitions that do not exist are UNKNOWN_TOPIC_OR_PARTITION before the group is asked.
     wanted = [
         TopicPartition(topic.name, partition.partition_index)

@@ -12,7 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request
+from onceflow.apis.common import Request, coordinator_elsewhere
 from onceflow.apis.consumer_groups import when_durable
 from onceflow.coordinator.group_metadata import TopicPartition
 
@@ -23,6 +23,14 @@ MAX_VERSION = 8
 
 def handle(request: Request) -> Any:
     body = request.body
+    if coordinator_elsewhere(request):
+        if request.api_version >= 8:
+            groups = [
+                {"group_id": group.group_id, "topics": [], "error_code": ErrorCode.not_coordinator}
+                for group in body.groups
+            ]
+            return request.respond(throttle_time=0, groups=groups)
+        return request.respond(throttle_time=0, topics=[], error_code=ErrorCode.not_coordinator)
     require_stable = request.api_version >= 7 and body.require_stable
     if request.api_version >= 8:
         groups = [

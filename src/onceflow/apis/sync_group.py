@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from onceflow.apis.common import Request
+from kio.schema.errors import ErrorCode
+
+from onceflow.apis.common import Request, coordinator_elsewhere
 from onceflow.apis.consumer_groups import resolver, when_durable
 from onceflow.broker.core import now_ms
 from onceflow.coordinator.group_metadata import SyncResult
@@ -19,6 +21,14 @@ MAX_VERSION = 5
 def handle(request: Request) -> Any:
     body = request.body
     version = request.api_version
+    if coordinator_elsewhere(request):
+        return request.respond(
+            throttle_time=0,
+            error_code=ErrorCode.not_coordinator,
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
     sync = SyncRequest(
         group_id=body.group_id,
         generation_id=body.generation_id,

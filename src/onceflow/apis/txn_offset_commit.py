@@ -11,8 +11,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, for_version
-from onceflow.apis.consumer_groups import commit_results, requested_offsets, when_durable
+from onceflow.apis.common import Request, coordinator_elsewhere, for_version
+from onceflow.apis.consumer_groups import commit_results, every_partition, requested_offsets, when_durable
 from onceflow.broker.core import now_ms
 
 API_KEY = 28
@@ -23,25 +23,14 @@ FIRST_VERSION_WITH_PRODUCER_FENCED = 3
 
 def handle(request: Request) -> Any:
     body = request.body
+    if coordinator_elsewhere(request):
+        return _refused(request, ErrorCode.not_coordinator)
     now = now_ms()
     code = request.broker.transactions.check_offset_commit(
         body.producer_id, body.producer_epoch, body.group_id
     )
     if code != ErrorCode.none and body.group_id:  # an invalid group id is for the group coordinator
-        refused = for_version(code, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED)
-        return request.respond(
-            throttle_time=0,
-            topics=[
-                {
-                    "name": topic.name,
-                    "partitions": [
-                        {"partition_index": partition.partition_index, "error_code": refused}
-                        for partition in topic.partitions
-                    ],
-                }
-                for topic in body.topics
-            ],
-        )
+        return _refused(request, for_version(code, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED))
     with_member = request.api_version >= 3
     errors = request.broker.groups.commit_transactional_offsets(
         body.group_id,
@@ -55,3 +44,9 @@ def handle(request: Request) -> Any:
     )
     response = request.respond(throttle_time=0, topics=commit_results(body.topics, errors))
     return when_durable(request, response)
+
+
+def _refused(request: Request, code: ErrorCode) -> Any:
+    """Every partition of the request answered `code`."""
+    topics = request.body.topics
+    return request.respond(throttle_time=0, topics=commit_results(topics, every_partition(topics, code)))
