@@ -234,6 +234,15 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_
     assert read == [b"before-%d" % index for index in range(5)] + [b"after-%d" % index for index in range(5)]
 
 
+def test_a_broker_killed_and_started_again_at_once_waits_for_its_old_session(cluster: Cluster) -> None:
+    """Its old registration outlives it by up to a session timeout. Kafka's broker waits for
+    it to go, and so does this one; before, it exited at once: its id was taken."""
+    restarted = cluster.brokers[3].restart()  # SIGKILL, then the same command at once
+    assert restarted.process is not None
+    wait_until(lambda: 3 in [broker.node_id for broker in cluster.metadata(1).brokers], timeout_s=30)
+    assert restarted.process.poll() is None
+
+
 def test_the_controller_fails_over_and_elects_leaders(cluster: Cluster) -> None:
     create_topic(cluster, "ledger", 1, 3, **{"min.insync.replicas": "2"})
     controller = cluster.metadata(1).controller_id

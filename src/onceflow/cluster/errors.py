@@ -7,6 +7,10 @@ class ClusterError(Exception):
     """Joining or following the cluster failed (ZooKeeper unreachable, a broker id taken)."""
 
 
+class BrokerIdTakenError(ClusterError):
+    """Another ZooKeeper session holds this broker id's registration."""
+
+
 class TopicExistsError(Exception):
     """The topic's znode exists already (TOPIC_ALREADY_EXISTS)."""
 

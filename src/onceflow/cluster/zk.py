@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,6 +32,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from onceflow.cluster.controller import CREATE, ControllerStateMachine, Replicas, StateWrite
 from onceflow.cluster.errors import (
     AssignmentChangedError,
+    BrokerIdTakenError,
     ClusterError,
     PartitionCountError,
     TopicExistsError,
@@ -81,7 +84,8 @@ class ZooKeeperCluster:
         self.view = ClusterView()
         # How long joining waits: for the connection, then for this broker's registration.
         self._timeout_s = connection_timeout_ms / 1000
-        self._client = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self._session_timeout_s = session_timeout_ms / 1000
+        self._client = KazooClient(hosts=connect, timeout=self._session_timeout_s)
         self._unclean_default = unclean_leader_election
         self._on_view = on_view
         self._registration: BrokerRegistration | None = None
@@ -106,7 +110,9 @@ class ZooKeeperCluster:
             raise ClusterError(f"cannot reach ZooKeeper at {self.connect}") from error
         self._registration = BrokerRegistration(self.broker_id, host, port)
         try:
-            await asyncio.to_thread(self._register)
+            # A killed broker's session, and its registration, last a session timeout (ZooKeeper
+            # ends it within about that): a broker started again at once waits for it, as Kafka's.
+            await asyncio.to_thread(self._register_once_free, 2 * self._session_timeout_s)
         except BaseException:
             await asyncio.to_thread(self._close)
             raise
@@ -128,6 +134,32 @@ class ZooKeeperCluster:
         self._client.stop()
         self._client.close()
 
+    def _register_once_free(self, wait_s: float) -> None:
+        """`_register`, waiting up to `wait_s` for another session's registration of this id
+        to go."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self._register()
+                return
+            except NoNodeError:
+                continue  # the other registration went between our create and our look at it
+            except BrokerIdTakenError:
+                gone = threading.Event()
+                if self._client.exists(broker_path(self.broker_id), watch=_setter(gone)) is None:
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                log.warning(
+                    "broker id %d is registered by another session, as a broker killed a moment"
+                    " ago leaves it: waiting up to %.1f s for it to end",
+                    self.broker_id,
+                    remaining,
+                )
+                if not gone.wait(remaining):
+                    raise
+
     def _register(self) -> None:
         assert self._registration is not None
         for path in (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS):
@@ -138,7 +170,7 @@ class ZooKeeperCluster:
         except NodeExistsError:
             _, stat = self._client.get(path)
             if stat.ephemeralOwner != self._client.client_id[0]:
-                raise ClusterError(
+                raise BrokerIdTakenError(
                     f"broker id {self.broker_id} is registered by another live broker "
                     f"(or one killed less than a session timeout ago)"
                 ) from None
@@ -570,3 +602,8 @@ def _read_controller(client: KazooClient) -> tuple[int, int]:
         return controller_id, int(client.get(CONTROLLER_EPOCH)[0])
     except NoNodeError:
         return controller_id, 0
+
+
+def _setter(event: threading.Event) -> Callable[[Any], None]:
+    """A ZooKeeper watch that sets `event`."""
+    return lambda _watched: event.set()
