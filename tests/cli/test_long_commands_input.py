@@ -5,6 +5,7 @@ retried until killed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -22,62 +23,96 @@ def onceflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(
-    ("args", "complaint"),
-    [
-        (("lab", "run", "--messages", "-5"), "--messages: must be a positive integer, not -5"),
-        (("lab", "run", "--seconds", "0"), "--seconds: must be a positive number, not 0"),
-        (("lab", "matrix", "--seconds", "nan"), "--seconds: must be a positive number, not nan"),
-        (("lab", "matrix", "--messages", "x"), "--messages: must be a positive integer, not x"),
-        (("lab", "run", "--workdir", UNWRITABLE), f"--workdir: cannot make directory {UNWRITABLE}"),
-        (("lab", "run", "--json", f"{UNWRITABLE}/runs.json"), f"--json: cannot make directory {UNWRITABLE}"),
-        (("lab", "matrix", "--html", "/tmp"), "--html: /tmp is a directory"),
-        (("lab", "broker-table", "--json", f"{UNWRITABLE}/t.json"), "--json: cannot make directory"),
-        (("demo", "--report-dir", UNWRITABLE), f"--report-dir: cannot make directory {UNWRITABLE}"),
-        (("fuzz", "--seconds", "-1"), "--seconds: must be a positive number, not -1"),
-        (("fuzz", "--connections", "0"), "--connections: must be a positive integer, not 0"),
+# Every refused command line of the table below through the real `main`, in one process:
+# (exit code, stderr) for each, as JSON.
+_REFUSE_ALL = """
+import contextlib, io, json, sys
+from onceflow.cli import main
+answers = []
+for args in json.loads(sys.argv[1]):
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        try:
+            code = main(args)
+        except SystemExit as exited:
+            code = exited.code
+    answers.append([code, stderr.getvalue()])
+print(json.dumps(answers))
+"""
+
+
+REFUSED: list[tuple[tuple[str, ...], str]] = [
+    (("lab", "run", "--messages", "-5"), "--messages: must be a positive integer, not -5"),
+    (("lab", "run", "--seconds", "0"), "--seconds: must be a positive number, not 0"),
+    (("lab", "matrix", "--seconds", "nan"), "--seconds: must be a positive number, not nan"),
+    (("lab", "matrix", "--messages", "x"), "--messages: must be a positive integer, not x"),
+    (("lab", "run", "--workdir", UNWRITABLE), f"--workdir: cannot make directory {UNWRITABLE}"),
+    (("lab", "run", "--json", f"{UNWRITABLE}/runs.json"), f"--json: cannot make directory {UNWRITABLE}"),
+    (("lab", "matrix", "--html", "/tmp"), "--html: /tmp is a directory"),
+    (("lab", "broker-table", "--json", f"{UNWRITABLE}/t.json"), "--json: cannot make directory"),
+    (("demo", "--report-dir", UNWRITABLE), f"--report-dir: cannot make directory {UNWRITABLE}"),
+    (("fuzz", "--seconds", "-1"), "--seconds: must be a positive number, not -1"),
+    (("fuzz", "--connections", "0"), "--connections: must be a positive integer, not 0"),
+    (
         (
-            (
-                "pipeline",
-                "run",
-                "--bootstrap",
-                "127.0.0.1:1",
-                "--checkpoint",
-                "c",
-                "--db",
-                "d",
-                "--until-idle",
-                "0",
-            ),
-            "--until-idle: must be a positive number, not 0",
+            "pipeline",
+            "run",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--checkpoint",
+            "c",
+            "--db",
+            "d",
+            "--until-idle",
+            "0",
         ),
-        (("lab", "run", "--bootstrap", "nowhere"), "expected HOST:PORT, got 'nowhere'"),
+        "--until-idle: must be a positive number, not 0",
+    ),
+    (("lab", "run", "--bootstrap", "nowhere"), "expected HOST:PORT, got 'nowhere'"),
+    (
         (
-            (
-                "pipeline",
-                "run",
-                "--bootstrap",
-                "127.0.0.1:1",
-                "--checkpoint",
-                "c",
-                "--db",
-                "d",
-                "--master",
-                "bogus",
-            ),
-            "--master: must be local[N], spark://HOST:PORT, k8s://... or yarn, not 'bogus'",
+            "pipeline",
+            "run",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--checkpoint",
+            "c",
+            "--db",
+            "d",
+            "--master",
+            "bogus",
         ),
-        (
-            ("pipeline", "run", "--bootstrap", "127.0.0.1:1", "--checkpoint", f"{UNWRITABLE}/c", "--db", "d"),
-            f"--checkpoint: cannot make directory {UNWRITABLE}/c",
-        ),
-    ],
-)
-def test_bad_input_is_refused_in_one_line(args: tuple[str, ...], complaint: str, tmp_path: Path) -> None:
-    refused = onceflow(*args, cwd=tmp_path)  # relative paths land there, were anything accepted
-    assert refused.returncode == 2, refused.stderr
-    assert complaint in refused.stderr.strip().splitlines()[-1]
-    assert "Traceback" not in refused.stderr
+        "--master: must be local[N], spark://HOST:PORT, k8s://... or yarn, not 'bogus'",
+    ),
+    (
+        ("pipeline", "run", "--bootstrap", "127.0.0.1:1", "--checkpoint", f"{UNWRITABLE}/c", "--db", "d"),
+        f"--checkpoint: cannot make directory {UNWRITABLE}/c",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...], tuple[int, str]]:
+    cwd = tmp_path_factory.mktemp("refusals")  # relative paths land there, were anything accepted
+    lines = json.dumps([list(args) for args, _ in REFUSED])
+    ran = subprocess.run(
+        [sys.executable, "-c", _REFUSE_ALL, lines], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
+    assert ran.returncode == 0, ran.stderr
+    return {
+        args: (code, stderr)
+        for (args, _), (code, stderr) in zip(REFUSED, json.loads(ran.stdout), strict=True)
+    }
+
+
+@pytest.mark.parametrize(("args", "complaint"), REFUSED)
+def test_bad_input_is_refused_in_one_line(
+    refusals: dict[tuple[str, ...], tuple[int, str]], args: tuple[str, ...], complaint: str
+) -> None:
+    code, stderr = refusals[args]
+    assert code == 2, stderr
+    assert complaint in stderr.strip().splitlines()[-1]
+    assert "Traceback" not in stderr
 
 
 @pytest.mark.parametrize(
