@@ -62,8 +62,8 @@ class EmbeddedBroker:
         return f"http://{address[0]}:{address[1]}/metrics"
 
     def start(self) -> EmbeddedBroker:
-        """Starts the broker (again, after a stop); raises what kept it from starting, and then
-        holds nothing: a later stop() does nothing."""
+        """Starts the broker (again, after a stop); raises what kept it from starting, after
+        which stop() has nothing to stop."""
         if self._thread is not None:
             raise RuntimeError("this EmbeddedBroker is already running: stop() it first")
         started: Future[None] = Future()

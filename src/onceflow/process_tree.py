@@ -48,17 +48,18 @@ def _stop_tree(signum: int, _frame: FrameType | None) -> None:
     # All of them first: a process whose parent dies is no longer found below this one.
     tree = descendants(os.getpid())
     _signal_each(tree, signal.SIGTERM)
+    _signal_each(tree, signal.SIGCONT)  # a paused process (the lab's zombies) acts on it only then
     deadline = time.monotonic() + GRACE_S
     while (left := [pid for pid in tree if alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.05)
     _signal_each(set(left) | descendants(os.getpid()), signal.SIGKILL)
-    print(
-        f"onceflow: interrupted by {signal.Signals(signum).name}; stopped {len(tree)} processes it started",
-        file=sys.stderr,
-        flush=True,
-    )
-    # Not SystemExit: threads would go on waiting on what was just stopped.
-    os._exit(128 + signum)
+    name = signal.Signals(signum).name
+    try:
+        print(f"onceflow: interrupted by {name}; stopped {len(tree)} processes it started", file=sys.stderr)
+        sys.stderr.flush()
+    finally:
+        # Not SystemExit: threads would go on waiting on what was just stopped.
+        os._exit(128 + signum)
 
 
 def _signal_each(pids: set[int], signum: int) -> None:

@@ -90,6 +90,13 @@ REQUESTS: list[tuple[str, int, int, dict[str, Any], Callable[[Any], Any]]] = [
     (
         "OffsetFetch",
         9,
+        1,
+        {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]},
+        lambda r: r.topics[0].partitions[0].error_code,  # v1 has no error code of its own
+    ),
+    (
+        "OffsetFetch",
+        9,
         8,
         {"groups": [{"group_id": "g", "topics": None}], "require_stable": False},
         lambda r: r.groups[0].error_code,

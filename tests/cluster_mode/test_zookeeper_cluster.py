@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from onceflow.cluster.znodes import PartitionState, partition_state_path
-from tests.cluster_mode.conftest import BROKER_IDS, Cluster
+from tests.cluster_mode.conftest import BROKER_IDS, Cluster, start_cluster
 from tests.conftest import wait_until
 from tests.wire import WireClient, make_batch, produce
 
@@ -234,10 +235,21 @@ def test_a_killed_leader_is_replaced_from_the_isr_and_no_acknowledged_record_is_
     assert read == [b"before-%d" % index for index in range(5)] + [b"after-%d" % index for index in range(5)]
 
 
-def test_a_broker_killed_and_started_again_at_once_waits_for_its_old_session(cluster: Cluster) -> None:
+@pytest.fixture
+def long_session_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Sessions of 4 s, the longest the test ZooKeeper allows."""
+    yield from start_cluster(tmp_path, {"zookeeper.session.timeout.ms": "4000"})
+
+
+def test_a_broker_killed_and_started_again_at_once_waits_for_its_old_session(
+    long_session_cluster: Cluster,
+) -> None:
     """Its old registration outlives it by up to a session timeout. Kafka's broker waits for
     it to go, and so does this one; before, it exited at once: its id was taken."""
-    restarted = cluster.brokers[3].restart()  # SIGKILL, then the same command at once
+    cluster = long_session_cluster
+    cluster.brokers[3].kill()
+    assert 3 in [broker.node_id for broker in cluster.metadata(1).brokers]  # still registered
+    restarted = cluster.brokers[3].start()  # the same command, at once
     assert restarted.process is not None
     wait_until(lambda: 3 in [broker.node_id for broker in cluster.metadata(1).brokers], timeout_s=30)
     assert restarted.process.poll() is None

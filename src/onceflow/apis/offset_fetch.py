@@ -30,6 +30,23 @@ def handle(request: Request) -> Any:
                 for group in body.groups
             ]
             return request.respond(throttle_time=0, groups=groups)
+        if request.api_version < 2:  # no error code of its own: each partition carries it
+            topics = [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {
+                            "partition_index": index,
+                            "committed_offset": -1,
+                            "metadata": "",
+                            "error_code": ErrorCode.not_coordinator,
+                        }
+                        for index in topic.partition_indexes
+                    ],
+                }
+                for topic in body.topics
+            ]
+            return request.respond(throttle_time=0, topics=topics)
         return request.respond(throttle_time=0, topics=[], error_code=ErrorCode.not_coordinator)
     require_stable = request.api_version >= 7 and body.require_stable
     if request.api_version >= 8:

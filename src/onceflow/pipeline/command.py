@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any
+from urllib.parse import urlparse
 
 from confluent_kafka import KafkaException
 
@@ -27,8 +28,9 @@ def spark_master(text: str) -> str:
 
 def checkpoint_location(text: str) -> str:
     """A URL of another file system as it is; a local directory made and checked now."""
-    if "://" not in text or text.startswith("file://"):
-        output_directory(text.removeprefix("file://"))
+    location = urlparse(text)
+    if location.scheme in ("", "file"):
+        output_directory(location.path if location.scheme else text)
     return text
 
 
