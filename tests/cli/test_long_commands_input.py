@@ -15,6 +15,7 @@ import pytest
 pytestmark = pytest.mark.timeout(120)
 
 UNWRITABLE = "/proc/onceflow-nowhere"
+PIPELINE_RUN = ("pipeline", "run", "--bootstrap", "127.0.0.1:1", "--checkpoint", "c", "--db", "d")
 
 
 def onceflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -54,38 +55,16 @@ REFUSED: list[tuple[tuple[str, ...], str]] = [
     (("fuzz", "--seconds", "-1"), "--seconds: must be a positive number, not -1"),
     (("fuzz", "--connections", "0"), "--connections: must be a positive integer, not 0"),
     (
-        (
-            "pipeline",
-            "run",
-            "--bootstrap",
-            "127.0.0.1:1",
-            "--checkpoint",
-            "c",
-            "--db",
-            "d",
-            "--until-idle",
-            "0",
-        ),
+        (*PIPELINE_RUN, "--until-idle", "0"),
         "--until-idle: must be a positive number, not 0",
     ),
     (("lab", "run", "--bootstrap", "nowhere"), "expected HOST:PORT, got 'nowhere'"),
     (
-        (
-            "pipeline",
-            "run",
-            "--bootstrap",
-            "127.0.0.1:1",
-            "--checkpoint",
-            "c",
-            "--db",
-            "d",
-            "--master",
-            "bogus",
-        ),
+        (*PIPELINE_RUN, "--master", "bogus"),
         "--master: must be local[N], spark://HOST:PORT, k8s://... or yarn, not 'bogus'",
     ),
     (
-        ("pipeline", "run", "--bootstrap", "127.0.0.1:1", "--checkpoint", f"{UNWRITABLE}/c", "--db", "d"),
+        ("pipeline", "run", "--bootstrap", "127.0.0.1:1", "--db", "d", "--checkpoint", f"{UNWRITABLE}/c"),
         f"--checkpoint: cannot make directory {UNWRITABLE}/c",
     ),
 ]
