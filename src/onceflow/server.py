@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any
 
@@ -35,11 +35,8 @@ from onceflow.protocol.connection import (
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_PER_CONNECTION = 64
-READ_CHUNK_BYTES = 256 * 1024
-# A connection's read buffer (asyncio pauses the socket at twice this): with asyncio's 64 KiB, a
-# large Produce request paused and resumed it (an epoll change each) every 128 KiB it brought.
-# Bounded, as it is per connection while its replies are backed up.
-READ_BUFFER_BYTES = 1024 * 1024
+# Requests read but not yet started, per connection, beyond which the socket is not read.
+MAX_WAITING_REQUESTS = 64
 METRICS_REQUEST_TIMEOUT_S = 10
 FINISH_TIMEOUT_S = 5
 
@@ -89,8 +86,8 @@ class BrokerServer:
             except OSError as error:
                 raise OSError(error.errno, f"metrics on {host}:{port}: {error.strerror or error}") from error
         try:
-            self._server = await asyncio.start_server(
-                self._serve_connection, self._host, self._port, limit=READ_BUFFER_BYTES
+            self._server = await asyncio.get_running_loop().create_server(
+                self._accept, self._host, self._port
             )
         except BaseException:
             if self._metrics_server is not None:
@@ -112,42 +109,45 @@ class BrokerServer:
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self.broker.stop()
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self) -> _ClientProtocol:
+        return _ClientProtocol(
+            Connection(self.broker.config.get_int("socket.request.max.bytes")), self._serve
+        )
+
+    async def _serve(self, client: _ClientProtocol) -> None:
         task = asyncio.current_task()
-        assert task is not None
-        peer = writer.get_extra_info("peername")
-        replies = _InOrderReplies(writer, peer, self.broker.metrics)
+        assert task is not None and client.transport is not None
+        transport = client.transport
+        peer = transport.get_extra_info("peername")
+        replies = _InOrderReplies(transport, peer, self.broker.metrics)
         self._connections[task] = replies
-        connection = Connection(self.broker.config.get_int("socket.request.max.bytes"))
         try:
             while not replies.failed:
                 # A client that reads no answers stops being read: its requests wait in the socket.
-                await writer.drain()
-                data = await reader.read(READ_CHUNK_BYTES)
-                if not data:
+                await client.writable.wait()
+                arrived = await client.next_request()
+                if arrived is None:
                     break
-                received = time.perf_counter()
-                for event in connection.receive_data(data):
-                    await replies.room.wait()  # at most MAX_IN_FLIGHT_PER_CONNECTION started
-                    if replies.failed:
-                        break
-                    reply = self._reply_to(event, received)
-                    if reply is not None:
-                        replies.add(reply)
+                await replies.room.wait()  # at most MAX_IN_FLIGHT_PER_CONNECTION started
+                if replies.failed:
+                    break
+                reply = self._reply_to(*arrived)
+                if reply is not None:
+                    replies.add(reply)
         except ProtocolError as error:
             log.info("closing connection from %s: %s", peer, error)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
             # Responses still coming are sent before the connection closes, for a while.
-            if not writer.transport.is_closing():
+            if not transport.is_closing():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(replies.all_written.wait(), FINISH_TIMEOUT_S)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            transport.close()
+            try:
+                await asyncio.wait_for(asyncio.shield(client.closed), FINISH_TIMEOUT_S)
+            except TimeoutError:
+                transport.abort()  # a client that reads nothing keeps a closing socket open
             del self._connections[task]
 
     def _reply_to(
@@ -213,8 +213,8 @@ class _InOrderReplies:
     awaiting it: a task would cost every waiting reply (acks=all, long polls) another turn of
     the event loop, a millisecond or more on a busy one."""
 
-    def __init__(self, writer: asyncio.StreamWriter, peer: Any, metrics: Metrics) -> None:
-        self._writer = writer
+    def __init__(self, transport: asyncio.Transport, peer: Any, metrics: Metrics) -> None:
+        self._transport = transport
         self._peer = peer
         self._metrics = metrics
         self._pending: deque[_Reply] = deque()
@@ -238,7 +238,7 @@ class _InOrderReplies:
     def _write_ready(self, _: object = None) -> None:
         try:
             while self._pending and not self.failed:
-                if self._writer.transport.is_closing():
+                if self._transport.is_closing():
                     # The client is gone: what its requests still get has nowhere to go.
                     self._pending.clear()
                     break
@@ -253,7 +253,7 @@ class _InOrderReplies:
                 self._pending.popleft()
                 # One write per piece: a records piece the socket takes whole is never copied.
                 for piece in encode_response_pieces(correlation_id, reply):
-                    self._writer.write(piece)
+                    self._transport.write(piece)
                 if stamps is not None and stamps.durable is not None:
                     self._metrics.stage(STAGE_FSYNC_TO_ANSWER, time.perf_counter() - stamps.durable)
         except Exception:
@@ -269,6 +269,92 @@ class _InOrderReplies:
         """Abort the connection: write nothing more, and let nobody wait for room."""
         self.failed = True
         self._pending.clear()
-        self._writer.transport.abort()
+        self._transport.abort()
         self.room.set()
         self.all_written.set()
+
+
+class _ClientProtocol(asyncio.BufferedProtocol):
+    """A client connection's bytes, read straight into the buffers its `Connection` offers: a
+    Produce request of megabytes lands in one buffer of its size instead of being copied through
+    a stream reader's. The requests wait here for the connection's task (`serve`), and the
+    socket is not read while more than MAX_WAITING_REQUESTS wait."""
+
+    def __init__(
+        self, connection: Connection, serve: Callable[[_ClientProtocol], Coroutine[Any, Any, None]]
+    ) -> None:
+        self._connection = connection
+        self._serve = serve
+        self.transport: asyncio.Transport | None = None
+        # Each with the perf_counter() time at which the read that completed it ended.
+        self._requests: deque[tuple[RequestReceived | UnsupportedApiVersionsRequest, float]] = deque()
+        self._arrived = asyncio.Event()
+        self._ended: BaseException | None = None  # a ProtocolError, or an internal error
+        self._at_end = False
+        self._reading = True
+        self.writable = asyncio.Event()  # cleared while the socket's write buffer is full
+        self.writable.set()
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def next_request(self) -> tuple[RequestReceived | UnsupportedApiVersionsRequest, float] | None:
+        """The next request and when it was read, None at the end of the stream; raises what
+        ended the stream early."""
+        while not self._requests:
+            if self._at_end:
+                if self._ended is not None:
+                    raise self._ended
+                return None
+            self._arrived.clear()
+            await self._arrived.wait()
+        request = self._requests.popleft()
+        if not self._reading and not self._at_end and len(self._requests) < MAX_WAITING_REQUESTS:
+            assert self.transport is not None
+            self._reading = True
+            self.transport.resume_reading()
+        return request
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        asyncio.get_running_loop().create_task(self._serve(self))
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._connection.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        assert self.transport is not None
+        try:
+            requests = self._connection.buffer_updated(nbytes)
+        except Exception as error:  # a ProtocolError, or a bug: the connection's task reports it
+            self._end(error)
+            return
+        if requests:
+            received = time.perf_counter()
+            self._requests.extend((request, received) for request in requests)
+            self._arrived.set()
+            if len(self._requests) >= MAX_WAITING_REQUESTS and self._reading:
+                self._reading = False
+                self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self._end(None)
+        return True  # the answers still coming are written before the connection closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(None)
+        self.writable.set()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    def _end(self, error: BaseException | None) -> None:
+        if not self._at_end:
+            self._at_end, self._ended = True, error
+            if error is not None and self.transport is not None:
+                self.transport.pause_reading()
+        self._arrived.set()

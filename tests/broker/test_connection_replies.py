@@ -1,5 +1,6 @@
 """A connection's replies: at most MAX_IN_FLIGHT_PER_CONNECTION under way, none written to a
-client that left, and none holding up the broker's stop."""
+client that left, none piling up for a client that reads none, and none holding up the
+broker's stop."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from onceflow import EmbeddedBroker, server
 from tests.conftest import wait_until
-from tests.wire import WireClient
+from tests.wire import WireClient, fetch_fields
 
 
 def test_pipelined_requests_past_the_limit_wait_in_the_socket(tmp_path: Path, reads: list[int]) -> None:
@@ -70,3 +72,27 @@ def test_answers_for_a_client_that_left_are_dropped_quietly(
         with WireClient(broker.bootstrap_servers) as client:  # the loop went past their answers
             assert client.list_offset("quiet", 0) == 0
     assert "socket.send() raised exception" not in caplog.text
+
+
+def test_a_client_that_reads_no_answers_stops_being_read(tmp_path: Path, reads: list[int]) -> None:
+    """120 fetches of 1 MB answers pipelined by a client that reads nothing: once the sockets'
+    buffers are full the broker stops answering them, then stops reading the socket, instead of
+    keeping megabytes of answers in memory; once the client reads, every answer comes, in order."""
+    pipelined = 120
+    with EmbeddedBroker(tmp_path) as broker:
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 50})
+        for _ in range(1000):
+            producer.produce("large", bytes(1000))
+        assert producer.flush(30) == 0
+        with WireClient(broker.bootstrap_servers) as silent:
+            frames = [silent.frame(1, 12, **fetch_fields({"large": [0]}, 12)) for _ in range(pipelined)]
+            silent.send_raw(b"".join(frame for _, frame in frames))
+            wait_until(lambda: len(reads) >= 1, timeout_s=10)
+            with WireClient(broker.bootstrap_servers) as other:  # the loop goes round meanwhile
+                for _ in range(3):
+                    assert other.list_offset("large", 0) == 1000
+            assert len(reads) < pipelined / 2  # 120 when answers pile up in the broker (control)
+            for correlation_id, _ in frames:
+                answer = silent.read_response(1, 12, correlation_id)
+                assert len(answer.responses[0].partitions[0].records) > 900_000
+        assert len(reads) == pipelined

@@ -101,3 +101,44 @@ def test_any_chunking_of_produce_frames_yields_the_same_payloads(
     assert [
         e.body.topic_data[0].partition_data[0].records for e in events if isinstance(e, RequestReceived)
     ] == payloads
+
+
+@given(
+    st.lists(st.lists(st.binary(max_size=300), min_size=1, max_size=3), min_size=1, max_size=6),
+    st.lists(st.integers(min_value=1, max_value=3000), min_size=1, max_size=30),
+    st.integers(min_value=8, max_value=1200),
+)
+def test_reads_into_its_buffers_yield_the_same_requests(
+    batches: list[list[bytes]], read_sizes: list[int], read_buffer_bytes: int
+) -> None:
+    """As the server reads: into `get_buffer()`, as much as a read brings. With a small read
+    buffer, most frames are larger than it and take the way through a buffer of their own."""
+    payloads = [make_batch(values) for values in batches]
+    frames = [_produce_frame(index + 1, records) for index, records in enumerate(payloads)]
+    stream = memoryview(b"".join(frames))
+    connection = Connection(1 << 20, read_buffer_bytes=read_buffer_bytes)
+    events = []
+    position = 0
+    reads = iter(read_sizes * (len(stream) // len(read_sizes) + 1))
+    while position < len(stream):
+        buffer = connection.get_buffer()
+        assert len(buffer) > 0
+        count = min(len(buffer), next(reads), len(stream) - position)
+        buffer[:count] = stream[position : position + count]
+        events += connection.buffer_updated(count)
+        position += count
+    assert events == [Connection(1 << 20).receive_data(frame)[0] for frame in frames]
+    assert connection.get_buffer().nbytes == read_buffer_bytes  # nothing left over
+
+
+@pytest.mark.parametrize("header_bytes_read", [1, 2, 3])
+def test_a_frame_header_cut_at_the_read_buffers_end_is_read_whole(header_bytes_read: int) -> None:
+    first, second = FRAMES[0], FRAMES[1]
+    connection = Connection(1 << 20, read_buffer_bytes=len(first) + header_bytes_read)
+    connection.get_buffer()[:] = (first + second)[: len(first) + header_bytes_read]
+    assert len(connection.buffer_updated(len(first) + header_bytes_read)) == 1
+    rest = second[header_bytes_read:]
+    buffer = connection.get_buffer()
+    assert len(buffer) >= len(rest)
+    buffer[: len(rest)] = rest
+    assert [event.correlation_id for event in connection.buffer_updated(len(rest))] == [2]

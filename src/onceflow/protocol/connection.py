@@ -1,9 +1,10 @@
 """One client connection as a state machine: bytes in, events out.
 
-The shell feeds whatever the socket produced into `receive_data` and acts on
-the events; it turns responses into bytes with `encode_response`. Framing
-errors that leave the stream unusable raise `ProtocolError`, and the shell
-closes the connection, as Kafka does.
+The shell reads into `get_buffer()` and reports each read to `buffer_updated`
+(or passes bytes it read elsewhere to `receive_data`), acts on the events, and
+turns responses into bytes with `encode_response`. Framing errors that leave
+the stream unusable raise `ProtocolError`, and the shell closes the
+connection, as Kafka does.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from onceflow.protocol.codec import (
 
 _INT32 = struct.Struct(">i")
 API_VERSIONS_KEY = 18
+# Reads go into a buffer of this size, where frames that fit are decoded; a larger frame gets a
+# buffer of its own, kept for the next one unless it was larger than the second figure.
+READ_BUFFER_BYTES = 64 * 1024
+MAX_KEPT_FRAME_BUFFER_BYTES = 16 * 1024 * 1024
 
 
 class ProtocolError(Exception):
@@ -45,32 +50,87 @@ class UnsupportedApiVersionsRequest:
 
 
 class Connection:
-    def __init__(self, max_request_bytes: int) -> None:
+    """Framing and decoding. The shell either passes what it read (`receive_data`) or reads
+    straight into `get_buffer()` and reports how much arrived (`buffer_updated`), which copies
+    nothing on the way to the decoder: frames up to `read_buffer_bytes` are decoded where they
+    were read, a larger one (a Produce request of 1 MB batches) is read into a buffer of its
+    size, reused from frame to frame."""
+
+    def __init__(self, max_request_bytes: int, read_buffer_bytes: int = READ_BUFFER_BYTES) -> None:
         self._max_request_bytes = max_request_bytes
-        # Only the start of a frame that a later read completes waits here; whole frames are
-        # decoded straight from the bytes the shell passed in.
-        self._pending = bytearray()
+        self._reads = bytearray(read_buffer_bytes)
+        self._start = 0  # where the first frame not yet decoded starts in `_reads`
+        self._end = 0  # where the bytes read end in `_reads`
+        self._frame_buffer = bytearray()
+        self._frame: memoryview | None = None  # a frame too large for `_reads`, being read
+        self._filled = 0  # bytes of `_frame` read so far
+
+    def get_buffer(self) -> memoryview:
+        """Where the next bytes read go; never empty."""
+        if self._frame is not None:
+            return self._frame[self._filled :]
+        return memoryview(self._reads)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> list[RequestReceived | UnsupportedApiVersionsRequest]:
+        """`nbytes` were read into the last `get_buffer()`: the requests they completed."""
+        events: list[RequestReceived | UnsupportedApiVersionsRequest] = []
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled == len(self._frame):
+                frame, self._frame = self._frame, None
+                with frame.toreadonly() as view:
+                    events.append(self._decode(view))
+                if len(frame) > MAX_KEPT_FRAME_BUFFER_BYTES:
+                    self._frame_buffer = bytearray()
+            return events
+        self._end += nbytes
+        # kio's native reader takes read-only buffers only; toreadonly() copies nothing. Frames
+        # are decoded into objects of their own (kio copies bytes fields out), so no view into
+        # `_reads` outlives this call and its bytes may be read over.
+        with memoryview(self._reads).toreadonly() as reads, reads[self._start : self._end] as unread:
+            self._start += self._decode_frames(unread, events)
+        self._make_room()
+        return events
 
     def receive_data(
         self, data: bytes | bytearray | memoryview
     ) -> list[RequestReceived | UnsupportedApiVersionsRequest]:
-        if self._pending:
-            self._pending += data
-            stream: bytes | bytearray | memoryview = self._pending
-        else:
-            stream = data
+        """The requests that `data`, the next bytes of the stream, completed."""
         events: list[RequestReceived | UnsupportedApiVersionsRequest] = []
-        # kio's native reader takes read-only buffers only; toreadonly() copies nothing.
-        with memoryview(stream).toreadonly() as view:
-            position = self._decode_frames(view, events)
-            if stream is self._pending:
-                # Frames are decoded into objects of their own (kio copies bytes fields out),
-                # so no view into the buffer outlives this call and it may shrink.
-                view.release()
-                del self._pending[:position]
-            else:
-                self._pending += view[position:]
+        with memoryview(data) as source:
+            position = 0
+            while position < len(source):
+                target = self.get_buffer()
+                count = min(len(target), len(source) - position)
+                target[:count] = source[position : position + count]
+                events += self.buffer_updated(count)
+                position += count
         return events
+
+    def _make_room(self) -> None:
+        """Leave room in `_reads` for the rest of the unfinished frame, or move that frame to a
+        buffer of its own when it cannot fit."""
+        unread = self._end - self._start
+        if unread == 0:
+            self._start = self._end = 0
+            return
+        if unread >= _INT32.size:
+            (size,) = _INT32.unpack_from(self._reads, self._start)  # checked by _decode_frames
+            if _INT32.size + size > len(self._reads):
+                if len(self._frame_buffer) < size:
+                    self._frame_buffer = bytearray(size)  # replaced, not resized: a view may be alive
+                self._frame = memoryview(self._frame_buffer)[:size]
+                self._filled = unread - _INT32.size
+                with memoryview(self._reads) as reads:
+                    self._frame[: self._filled] = reads[self._start + _INT32.size : self._end]
+                self._start = self._end = 0
+                return
+            if self._start + _INT32.size + size <= len(self._reads):
+                return
+        elif self._start + _INT32.size <= len(self._reads):
+            return
+        self._reads[:unread] = self._reads[self._start : self._end]  # a copy first: they may overlap
+        self._start, self._end = 0, unread
 
     def _decode_frames(
         self, view: memoryview, events: list[RequestReceived | UnsupportedApiVersionsRequest]
