@@ -24,7 +24,7 @@ from onceflow.apis.api_versions import unsupported_version_response
 from onceflow.apis.common import Stamps
 from onceflow.broker.core import Broker
 from onceflow.broker.metrics import STAGE_FSYNC_TO_ANSWER, Metrics
-from onceflow.protocol.codec import encode_response_pieces
+from onceflow.protocol.codec import OWN_PIECE_BYTES, encode_response_pieces
 from onceflow.protocol.connection import (
     Connection,
     ProtocolError,
@@ -236,6 +236,7 @@ class _InOrderReplies:
             self._write_ready()
 
     def _write_ready(self, _: object = None) -> None:
+        ready: list[bytes | bytearray] = []  # the pieces of the answers ready, in order
         try:
             while self._pending and not self.failed:
                 if self._transport.is_closing():
@@ -251,11 +252,11 @@ class _InOrderReplies:
                         break
                     reply = reply.result()
                 self._pending.popleft()
-                # One write per piece: a records piece the socket takes whole is never copied.
-                for piece in encode_response_pieces(correlation_id, reply):
-                    self._transport.write(piece)
+                ready += encode_response_pieces(correlation_id, reply)
                 if stamps is not None and stamps.durable is not None:
                     self._metrics.stage(STAGE_FSYNC_TO_ANSWER, time.perf_counter() - stamps.durable)
+            if ready and not self._transport.is_closing():
+                self._write(ready)
         except Exception:
             # A reply that failed is a bug, not the client's fault: say so, as the read loop does.
             log.exception("closing connection from %s after an internal error", self._peer)
@@ -264,6 +265,22 @@ class _InOrderReplies:
             self.room.set()
         if not self._pending:
             self.all_written.set()
+
+    def _write(self, pieces: list[bytes | bytearray]) -> None:
+        """Answers ready together go in one write, as each write to an idle socket is a send,
+        and on loopback a send also runs the receiver's side of TCP (the acks one fsync
+        completes, the fetches it wakes). A records piece stays a write of its own, uncopied."""
+        small: list[bytes | bytearray] = []
+        for piece in pieces:
+            if len(piece) < OWN_PIECE_BYTES:
+                small.append(piece)
+                continue
+            if small:
+                self._transport.write(b"".join(small))
+                small = []
+            self._transport.write(piece)
+        if small:
+            self._transport.write(small[0] if len(small) == 1 else b"".join(small))
 
     def abandon(self) -> None:
         """Abort the connection: write nothing more, and let nobody wait for room."""

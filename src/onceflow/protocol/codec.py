@@ -25,7 +25,7 @@ _INT32 = struct.Struct(">i")
 _CHECK_BOUNDS = not failpoints.armed("protocol.no-bounds-check")
 _REQUEST_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 # Records at least this big go to the socket as they are, not copied into the response's frame.
-_OWN_PIECE_BYTES = 64 * 1024
+OWN_PIECE_BYTES = 64 * 1024
 
 
 class UnknownApiError(ValueError):
@@ -144,7 +144,7 @@ class _Pieces:
         self._small = bytearray(_INT32.size)  # the length prefix, filled in by `finish`
 
     def write(self, data: bytes) -> None:
-        if len(data) < _OWN_PIECE_BYTES:
+        if len(data) < OWN_PIECE_BYTES:
             self._small += data
         else:
             self._pieces += (self._small, data)
