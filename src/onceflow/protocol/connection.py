@@ -9,6 +9,7 @@ connection, as Kafka does.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,13 @@ API_VERSIONS_KEY = 18
 # buffer of its own, kept for the next one unless it was larger than the second figure.
 READ_BUFFER_BYTES = 64 * 1024
 MAX_KEPT_FRAME_BUFFER_BYTES = 16 * 1024 * 1024
+
+
+def _frame_buffer(size: int) -> mmap.mmap:
+    """Memory for a frame of `size` bytes that takes memory only as its bytes arrive (an
+    anonymous mapping's pages are made on first write): a client that announces a frame of
+    socket.request.max.bytes and sends nothing more costs next to nothing."""
+    return mmap.mmap(-1, size)
 
 
 class ProtocolError(Exception):
@@ -61,7 +69,7 @@ class Connection:
         self._reads = bytearray(read_buffer_bytes)
         self._start = 0  # where the first frame not yet decoded starts in `_reads`
         self._end = 0  # where the bytes read end in `_reads`
-        self._frame_buffer = bytearray()
+        self._frame_buffer: mmap.mmap | None = None
         self._frame: memoryview | None = None  # a frame too large for `_reads`, being read
         self._filled = 0  # bytes of `_frame` read so far
 
@@ -81,7 +89,7 @@ class Connection:
                 with frame.toreadonly() as view:
                     events.append(self._decode(view))
                 if len(frame) > MAX_KEPT_FRAME_BUFFER_BYTES:
-                    self._frame_buffer = bytearray()
+                    self._frame_buffer = None  # unmapped once the shell's view of it is gone
             return events
         self._end += nbytes
         # kio's native reader takes read-only buffers only; toreadonly() copies nothing. Frames
@@ -117,8 +125,8 @@ class Connection:
         if unread >= _INT32.size:
             (size,) = _INT32.unpack_from(self._reads, self._start)  # checked by _decode_frames
             if _INT32.size + size > len(self._reads):
-                if len(self._frame_buffer) < size:
-                    self._frame_buffer = bytearray(size)  # replaced, not resized: a view may be alive
+                if self._frame_buffer is None or len(self._frame_buffer) < size:
+                    self._frame_buffer = _frame_buffer(size)  # replaced: a view may be alive
                 self._frame = memoryview(self._frame_buffer)[:size]
                 self._filled = unread - _INT32.size
                 with memoryview(self._reads) as reads:
