@@ -35,8 +35,11 @@ from onceflow.protocol.connection import (
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_PER_CONNECTION = 64
-# Requests read but not yet started, per connection, beyond which the socket is not read.
+# Requests read but not yet started, per connection, beyond which the socket is not read: so
+# many, or so many bytes of them (a client whose answers back up must not fill the broker's
+# memory with requests of up to socket.request.max.bytes).
 MAX_WAITING_REQUESTS = 64
+MAX_WAITING_BYTES = 2 * 1024 * 1024
 METRICS_REQUEST_TIMEOUT_S = 10
 FINISH_TIMEOUT_S = 5
 
@@ -247,7 +250,8 @@ class _InOrderReplies:
                 if isinstance(reply, asyncio.Future):
                     if not reply.done():
                         break
-                    if reply.cancelled():  # the broker is stopping
+                    if reply.cancelled():  # the broker is stopping: the answers before it go first
+                        self._write(ready)
                         self.abandon()
                         break
                     reply = reply.result()
@@ -255,7 +259,7 @@ class _InOrderReplies:
                 ready += encode_response_pieces(correlation_id, reply)
                 if stamps is not None and stamps.durable is not None:
                     self._metrics.stage(STAGE_FSYNC_TO_ANSWER, time.perf_counter() - stamps.durable)
-            if ready and not self._transport.is_closing():
+            if not self.failed:
                 self._write(ready)
         except Exception:
             # A reply that failed is a bug, not the client's fault: say so, as the read loop does.
@@ -270,6 +274,8 @@ class _InOrderReplies:
         """Answers ready together go in one write, as each write to an idle socket is a send,
         and on loopback a send also runs the receiver's side of TCP (the acks one fsync
         completes, the fetches it wakes). A records piece stays a write of its own, uncopied."""
+        if not pieces or self._transport.is_closing():
+            return
         small: list[bytes | bytearray] = []
         for piece in pieces:
             if len(piece) < OWN_PIECE_BYTES:
@@ -295,7 +301,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
     """A client connection's bytes, read straight into the buffers its `Connection` offers: a
     Produce request of megabytes lands in one buffer of its size instead of being copied through
     a stream reader's. The requests wait here for the connection's task (`serve`), and the
-    socket is not read while more than MAX_WAITING_REQUESTS wait."""
+    socket is not read while MAX_WAITING_REQUESTS, or MAX_WAITING_BYTES of them, wait."""
 
     def __init__(
         self, connection: Connection, serve: Callable[[_ClientProtocol], Coroutine[Any, Any, None]]
@@ -305,6 +311,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         # Each with the perf_counter() time at which the read that completed it ended.
         self._requests: deque[tuple[RequestReceived | UnsupportedApiVersionsRequest, float]] = deque()
+        self._waiting_bytes = 0  # the frame sizes of `_requests`
         self._arrived = asyncio.Event()
         self._ended: BaseException | None = None  # a ProtocolError, or an internal error
         self._at_end = False
@@ -324,7 +331,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             self._arrived.clear()
             await self._arrived.wait()
         request = self._requests.popleft()
-        if not self._reading and not self._at_end and len(self._requests) < MAX_WAITING_REQUESTS:
+        self._waiting_bytes -= _frame_size(request[0])
+        if not self._reading and not self._at_end and not self._full():
             assert self.transport is not None
             self._reading = True
             self.transport.resume_reading()
@@ -348,10 +356,14 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         if requests:
             received = time.perf_counter()
             self._requests.extend((request, received) for request in requests)
+            self._waiting_bytes += sum(map(_frame_size, requests))
             self._arrived.set()
-            if len(self._requests) >= MAX_WAITING_REQUESTS and self._reading:
+            if self._full() and self._reading:
                 self._reading = False
                 self.transport.pause_reading()
+
+    def _full(self) -> bool:
+        return len(self._requests) >= MAX_WAITING_REQUESTS or self._waiting_bytes >= MAX_WAITING_BYTES
 
     def eof_received(self) -> bool:
         self._end(None)
@@ -375,3 +387,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             if error is not None and self.transport is not None:
                 self.transport.pause_reading()
         self._arrived.set()
+
+
+def _frame_size(request: RequestReceived | UnsupportedApiVersionsRequest) -> int:
+    return request.size if isinstance(request, RequestReceived) else 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -142,3 +143,29 @@ def test_a_frame_header_cut_at_the_read_buffers_end_is_read_whole(header_bytes_r
     assert len(buffer) >= len(rest)
     buffer[: len(rest)] = rest
     assert [event.correlation_id for event in connection.buffer_updated(len(rest))] == [2]
+
+
+def _lazy_free_bytes() -> int:
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("LazyFree:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no LazyFree")
+
+
+def test_a_large_frames_buffer_is_given_back_once_decoded() -> None:
+    """The buffer a large frame was read into is kept for the next one, its pages marked free
+    (MADV_FREE): the kernel takes them back when it needs memory, so idle connections hold none,
+    and a connection that goes on sending large frames writes over them at no cost."""
+    frame = _produce_frame(1, make_batch([bytes(1 << 20)] * 8))
+    connection = Connection(100 << 20)
+    before = _lazy_free_bytes()
+    position = 0
+    while position < len(frame):
+        buffer = connection.get_buffer()
+        count = min(len(buffer), 256 << 10, len(frame) - position)
+        buffer[:count] = frame[position : position + count]
+        del buffer
+        events = connection.buffer_updated(count)
+        position += count
+    assert len(events) == 1
+    assert _lazy_free_bytes() - before > 7 << 20  # ~0 when the pages stay the buffer's (the control)
