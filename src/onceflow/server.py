@@ -315,7 +315,6 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self._arrived = asyncio.Event()
         self._ended: BaseException | None = None  # a ProtocolError, or an internal error
         self._at_end = False
-        self._reading = True
         self.writable = asyncio.Event()  # cleared while the socket's write buffer is full
         self.writable.set()
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -332,9 +331,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             await self._arrived.wait()
         request = self._requests.popleft()
         self._waiting_bytes -= _frame_size(request[0])
-        if not self._reading and not self._at_end and not self._full():
-            assert self.transport is not None
-            self._reading = True
+        assert self.transport is not None
+        if not self._at_end and not self.transport.is_reading() and not self._full():
             self.transport.resume_reading()
         return request
 
@@ -358,9 +356,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             self._requests.extend((request, received) for request in requests)
             self._waiting_bytes += sum(map(_frame_size, requests))
             self._arrived.set()
-            if self._full() and self._reading:
-                self._reading = False
-                self.transport.pause_reading()
+            if self._full():
+                self.transport.pause_reading()  # nothing when paused already
 
     def _full(self) -> bool:
         return len(self._requests) >= MAX_WAITING_REQUESTS or self._waiting_bytes >= MAX_WAITING_BYTES
