@@ -33,6 +33,9 @@ class MemoryLog:
     def flush(self) -> int:
         return self.log_end_offset
 
+    def begin_data_flush(self) -> None:
+        return None
+
     @property
     def durable_log(self) -> DurableLog:
         return self

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import CorruptRecordError, decode_records, encode_batch, parse_batch_header
 from onceflow.log.errors import LogAppendError, LogError
-from onceflow.log.log import PartitionLog
+from onceflow.log.log import DataFlush, PartitionLog
 from onceflow.log.manager import LogManager
 
 _log = logging.getLogger(__name__)
@@ -53,6 +53,10 @@ class DurableLog(Protocol):
     def closed(self) -> bool: ...
 
     def flush(self) -> int: ...
+
+    def begin_data_flush(self) -> DataFlush | None:
+        """The flush as one fdatasync the caller runs, or None: `flush` then."""
+        ...
 
 
 class CoordinatorLog(Protocol):

@@ -3,7 +3,8 @@ recovered by `loader.py`).
 
 Threading: everything runs on one thread (the event loop) except `flush`, which a worker
 thread may run at the same time as `append`. `flush` only reads a few ints and a copy of the
-segment list and fsyncs file descriptors; segments are never closed while a flush runs.
+segment list and fsyncs file descriptors; segments are never closed while a flush runs, nor
+between `begin_data_flush` and its `DataFlush.finish`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ class AppendResult:
     last_offset: int
     log_append_time: int = -1  # only LogAppendTime topics would set it
     duplicate: bool = False
+
+
+@dataclass(slots=True)
+class DataFlush:
+    """A flush that is one fdatasync of the active segment, for the caller to run however it
+    likes (the broker submits it to the kernel without a thread), then `finish`."""
+
+    fd: int
+    finish: Callable[[bool], None]  # with whether the fdatasync succeeded; exactly once
 
 
 class PartitionLog:
@@ -415,6 +425,36 @@ class PartitionLog:
             self._close_when_unused(segment)
 
     # -- durability ---------------------------------------------------------------------------
+
+    def begin_data_flush(self) -> DataFlush | None:
+        """The common flush, everything appended so far being in the active segment's data:
+        the fdatasync to run, and what records it once run. None when the flush needs more (a
+        new segment's directory entry, a rolled segment's indexes, the transaction index, or
+        nothing to sync at all): `flush` on a thread then."""
+        with self._lock:
+            active = self._segments[-1]
+            if (
+                self._closed
+                or self._segments_created > self._segments_created_synced
+                or active.txn_index.dirty
+                or active.synced_size >= active.size
+                or any(segment.needs_sync(with_indexes=True) for segment in self._segments[:-1])
+            ):
+                return None
+            self._flushes_running += 1
+        end, size, truncations = self.log_end_offset, active.size, self._truncations
+
+        def finish(synced: bool) -> None:
+            try:
+                if synced:
+                    active.synced_size = max(active.synced_size, size)
+                    with self._lock:
+                        if truncations == self._truncations:
+                            self.flushed_offset = max(self.flushed_offset, end)
+            finally:
+                self.unpin_segments()
+
+        return DataFlush(active.fd, finish)
 
     def flush(self) -> int:
         """fsync everything appended so far; returns the offset below which all is durable.

@@ -125,6 +125,11 @@ class LogSegment:
         return segment
 
     @property
+    def fd(self) -> int:
+        """The log file's descriptor, for an fdatasync run elsewhere (`PartitionLog.begin_data_flush`)."""
+        return self._fd
+
+    @property
     def largest_timestamp(self) -> int:
         """For time retention; batches without timestamps fall back to the file's mtime."""
         if self.max_timestamp >= 0:
