@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.fetch_sessions import FetchSessions
-from onceflow.broker.kernel_fdatasyncs import KernelFdatasyncs
+from onceflow.broker.flush_rounds import FlushRounds
 from onceflow.broker.markers import BrokerTransactionPartitions
 from onceflow.broker.metrics import STAGE_HW_TO_FETCH_WAKEUP, Metrics, PrometheusMetrics
 from onceflow.broker.producer_ids import ProducerIdAllocator
@@ -132,17 +132,10 @@ class Broker:
         # wakes them (the leader's own fsync runs meanwhile, beside the copying).
         self._append_waiters: dict[DurableLog, set[asyncio.Future[float | None]]] = {}
         self._durability_waiters: list[tuple[list[tuple[DurableLog, int]], asyncio.Future[float]]] = []
-        self._dirty: set[DurableLog] = set()
-        self._flush_requested = asyncio.Event()
-        # Flush rounds run one after another, and everything appended during a round shares
-        # the next one (group commit). Within a round the partitions are fsynced in parallel:
-        # the filesystem commits concurrent fsyncs together, which cuts the round's latency.
-        # The common flush, one fdatasync, goes to the kernel from the event loop; the rest
-        # (new segments, indexes, transaction indexes) runs on the fsync threads.
-        self._kernel_fdatasyncs: KernelFdatasyncs | None = None
         self._fsync_threads = ThreadPoolExecutor(
             max_workers=FSYNC_THREADS, thread_name_prefix="onceflow-fsync"
         )
+        self._flush_rounds = FlushRounds(self._fsync_threads, self.metrics.flushed, self._round_ended)
         # Cleaning reads and writes whole segments: one thread of its own, as Kafka's cleaner.
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-cleaner")
         self._tasks: list[asyncio.Task[None]] = []
@@ -161,9 +154,8 @@ class Broker:
         if advertised is None:
             advertised = ("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port)
         self.endpoint = Endpoint(self.node_id, *advertised)
-        self._kernel_fdatasyncs = KernelFdatasyncs.open()
+        self._flush_rounds.start()
         self._tasks = [
-            asyncio.create_task(self._flusher(), name="flusher"),
             asyncio.create_task(self._write_behind(), name="write-behind"),
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             asyncio.create_task(self._transaction_sweep(), name="transaction-sweep"),
@@ -205,8 +197,7 @@ class Broker:
         for waiters in self._fetch_waiters.values():
             for waiter in waiters:
                 waiter.cancel()
-        if self._kernel_fdatasyncs is not None:
-            self._kernel_fdatasyncs.close()
+        await self._flush_rounds.stop()
         await asyncio.get_running_loop().run_in_executor(self._fsync_threads, self.logs.close)
         self._fsync_threads.shutdown(wait=True)
         self._cleaner_thread.shutdown(wait=True)
@@ -541,9 +532,9 @@ class Broker:
         """Record new data. It becomes visible to fetches once fsynced; a fetch waiting on one
         of `logs` asks for that now."""
         logs = tuple(logs)
-        self._dirty.update(logs)
+        self._flush_rounds.dirty.update(logs)
         if any(partition in self._fetch_waiters for partition in logs):
-            self._flush_requested.set()
+            self._flush_rounds.request()
         if self._append_waiters:
             _wake(self._append_waiters, logs, time.perf_counter())
 
@@ -557,9 +548,9 @@ class Broker:
         if not unflushed:
             waiter.set_result(time.perf_counter())
             return waiter
-        self._dirty.update(unflushed)
+        self._flush_rounds.dirty.update(unflushed)
         self._durability_waiters.append((targets, waiter))
-        self._flush_requested.set()
+        self._flush_rounds.request()
         return waiter
 
     async def wait_for_data(
@@ -578,8 +569,8 @@ class Broker:
         waiting = self._append_waiters if follower else self._fetch_waiters
         for partition in logs:
             waiting.setdefault(partition, set()).add(waiter)
-        if not follower and any(partition in self._dirty for partition in logs):
-            self._flush_requested.set()
+        if not follower and any(partition in self._flush_rounds.dirty for partition in logs):
+            self._flush_rounds.request()
         try:
             woken_at = await _woken_or_timed_out(waiter, timeout_s)
             if woken_at is not None:
@@ -592,47 +583,21 @@ class Broker:
                     if not waiters:
                         del waiting[partition]
 
-    async def _flusher(self) -> None:
-        while True:
-            await self._flush_requested.wait()
-            self._flush_requested.clear()
-            dirty, self._dirty = self._dirty, set()
-            try:
-                await asyncio.gather(*(self._flush(partition) for partition in dirty))
-            except OSError:
-                log.exception("fsync failed; acks=all producers will time out and retry")
-                self._dirty |= dirty
-                await asyncio.sleep(0.1)
-                continue
-            flushed_at = time.perf_counter()
-            self._wake_fetches(dirty)
-            still_waiting = []
-            for targets, waiter in self._durability_waiters:
-                # A log deleted meanwhile will never flush further; its data is gone anyway.
-                if all(partition.flushed_offset >= end or partition.closed for partition, end in targets):
-                    if not waiter.done():
-                        waiter.set_result(flushed_at)
-                else:
-                    still_waiting.append((targets, waiter))
-            self._durability_waiters = still_waiting
-            if still_waiting:
-                self._flush_requested.set()
-
-    async def _flush(self, partition: DurableLog) -> None:
-        """One partition's flush, timed as Kafka's LogFlushRateAndTimeMs."""
-        started = time.perf_counter()
-        kernel = self._kernel_fdatasyncs
-        data_flush = partition.begin_data_flush() if kernel is not None else None
-        if kernel is None or data_flush is None:
-            await asyncio.get_running_loop().run_in_executor(self._fsync_threads, partition.flush)
-        else:
-            synced = False
-            try:
-                await kernel.fdatasync(data_flush.fd)
-                synced = True
-            finally:
-                data_flush.finish(synced)
-        self.metrics.flushed(time.perf_counter() - started)
+    def _round_ended(self, flushed: Collection[DurableLog], flushed_at: float) -> None:
+        """A flush round moved the flushed offsets of `flushed`: wake the fetches waiting on
+        them and release the acks=all answers it made durable."""
+        self._wake_fetches(flushed)
+        still_waiting = []
+        for targets, waiter in self._durability_waiters:
+            # A log deleted meanwhile will never flush further; its data is gone anyway.
+            if all(partition.flushed_offset >= end or partition.closed for partition, end in targets):
+                if not waiter.done():
+                    waiter.set_result(flushed_at)
+            else:
+                still_waiting.append((targets, waiter))
+        self._durability_waiters = still_waiting
+        if still_waiting:
+            self._flush_rounds.request()
 
     def _wake_fetches(self, logs: Iterable[DurableLog]) -> None:
         """The high watermarks of `logs` may have moved: wake the fetches waiting on them."""
@@ -646,8 +611,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval_s)
-            if self._dirty:
-                self._flush_requested.set()
+            if self._flush_rounds.dirty:
+                self._flush_rounds.request()
             await loop.run_in_executor(self._fsync_threads, self.logs.write_recovery_checkpoint)
 
     async def _housekeeping(self) -> None:

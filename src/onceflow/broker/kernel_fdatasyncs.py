@@ -3,7 +3,7 @@
 The event loop submits the sync; the kernel runs it on a worker of its own and reports its end
 on an eventfd that the loop watches. An fsync thread needs the GIL to start its call and again
 to report back, and a busy event loop holds it: on the latency load (10 MB/s of 1 KB records,
-acks=all) the kernel's syncs took the broker's CPU to 0.86 x and the end-to-end p99 to 0.80 x.
+acks=all) the kernel's syncs took the broker's CPU to 0.87 x and the end-to-end p99 to 0.82 x.
 Where Linux AIO is missing (another OS, an old kernel, `fs.aio-max-nr` reached), `open` says so
 and the broker keeps its fsync threads.
 """
