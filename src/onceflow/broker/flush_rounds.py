@@ -59,6 +59,7 @@ class FlushRounds:
             await self._task
         if self._kernel is not None:
             self._kernel.close()
+            self._kernel = None  # the kernel's context goes with its last reference
 
     async def _run(self) -> None:
         while True:
