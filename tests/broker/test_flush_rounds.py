@@ -43,7 +43,7 @@ def _rounds(events: list[str]) -> FlushRounds:
     def ended(partitions: Collection[DurableLog], _at: float) -> None:
         events.append("round of " + "+".join(sorted(p.name for p in partitions)))  # type: ignore[attr-defined]
 
-    return FlushRounds(ThreadPoolExecutor(4), lambda _seconds: None, ended)
+    return FlushRounds(ThreadPoolExecutor(4), lambda _seconds, _how: None, ended)
 
 
 async def _until(condition: threading.Event) -> None:

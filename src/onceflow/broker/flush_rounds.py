@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Executor
 
 from onceflow.broker.kernel_fdatasyncs import KernelFdatasyncs
+from onceflow.broker.metrics import FLUSH_BY_KERNEL, FLUSH_ON_THREAD
 from onceflow.coordinator.runtime import DurableLog
 
 log = logging.getLogger(__name__)
@@ -28,11 +29,12 @@ class FlushRounds:
     def __init__(
         self,
         threads: Executor,
-        flush_timed: Callable[[float], None],
+        flush_timed: Callable[[float, str], None],
         round_ended: Callable[[Collection[DurableLog], float], None],
     ) -> None:
-        """`flush_timed(seconds)` after each partition's flush; `round_ended(partitions,
-        perf_counter)` after each round, once the partitions' flushed offsets have moved."""
+        """`flush_timed(seconds, how)` after each partition's flush (`how`: one of
+        `metrics.FLUSH_HOWS`); `round_ended(partitions, perf_counter)` after each round, once the
+        partitions' flushed offsets have moved."""
         self.dirty: set[DurableLog] = set()  # appended to since their last flush began
         self._threads = threads
         self._flush_timed = flush_timed
@@ -85,6 +87,7 @@ class FlushRounds:
         data_flush = partition.begin_data_flush() if kernel is not None else None
         if kernel is None or data_flush is None:
             await asyncio.get_running_loop().run_in_executor(self._threads, partition.flush)
+            how = FLUSH_ON_THREAD
         else:
             synced = False
             try:
@@ -92,4 +95,5 @@ class FlushRounds:
                 synced = True
             finally:
                 data_flush.finish(synced)
-        self._flush_timed(time.perf_counter() - started)
+            how = FLUSH_BY_KERNEL
+        self._flush_timed(time.perf_counter() - started, how)

@@ -38,6 +38,10 @@ STAGES = (STAGE_DECODE_TO_APPEND, STAGE_FSYNC_WAIT, STAGE_FSYNC_TO_ANSWER, STAGE
 STAGE_SECONDS_BUCKETS = (
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1,
 )  # fmt: skip
+# How a partition's flush ran (`Metrics.flushed`).
+FLUSH_BY_KERNEL = "linux_aio"
+FLUSH_ON_THREAD = "thread"
+FLUSH_HOWS = (FLUSH_BY_KERNEL, FLUSH_ON_THREAD)
 FLUSH_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 
 
@@ -55,8 +59,8 @@ class Metrics:
     def sent(self, topic: str, size: int) -> None:
         """A fetch answer carries `size` bytes of `topic`."""
 
-    def flushed(self, seconds: float) -> None:
-        """One partition's fsync took `seconds` (called from an fsync thread)."""
+    def flushed(self, seconds: float, how: str) -> None:
+        """One partition's flush took `seconds`; `how` it ran: `linux_aio` or `thread`."""
 
     def stage(self, stage: str, seconds: float) -> None:
         """One request spent `seconds` in `stage` (one of `STAGES`)."""
@@ -110,6 +114,14 @@ class PrometheusMetrics(Metrics):
             buckets=FLUSH_SECONDS_BUCKETS,
             registry=self.registry,
         )
+        flushes = Counter(
+            "onceflow_log_flushes",
+            "Partition flushes, by how they ran: linux_aio (one fdatasync the event loop hands to "
+            "the kernel) or thread.",
+            ["how"],
+            registry=self.registry,
+        )
+        self._flushes_by_how = {how: flushes.labels(how) for how in FLUSH_HOWS}
         stage_time = Histogram(
             "onceflow_stage_seconds",
             "Time per stage of a produce-to-consume round trip (decode_to_append, fsync_wait, "
@@ -160,8 +172,9 @@ class PrometheusMetrics(Metrics):
             counter = self._topic_out[topic] = self._bytes_out.labels(topic)
         counter.inc(size)
 
-    def flushed(self, seconds: float) -> None:
+    def flushed(self, seconds: float, how: str) -> None:
         self._flush_time.observe(seconds)
+        self._flushes_by_how[how].inc()
 
     def stage(self, stage: str, seconds: float) -> None:
         self._stage_children[stage].observe(seconds)
