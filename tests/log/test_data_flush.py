@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,20 @@ def test_a_segment_deleted_during_the_sync_is_closed_only_after_it(tmp_path: Pat
     with pytest.raises(OSError):
         os.fstat(data_flush.fd)
     log.close()
+
+
+def test_closing_the_log_does_not_wait_for_a_data_flush_and_leaves_its_file_open(tmp_path: Path) -> None:
+    # The broker deletes a topic on its event loop, where the flush's `finish` also runs: a
+    # close that waited for it would wait forever.
+    log = _flushed_log(tmp_path)
+    append(log, make_batch(3))
+    data_flush = log.begin_data_flush()
+    assert data_flush is not None
+    closing = threading.Thread(target=log.close, kwargs={"flush": False}, daemon=True)
+    closing.start()
+    closing.join(timeout=10)
+    assert not closing.is_alive(), "close waited for a flush that only the closing thread can finish"
+    assert os.fstat(data_flush.fd)  # the kernel may still be syncing it
+    data_flush.finish(True)
+    with pytest.raises(OSError):
+        os.fstat(data_flush.fd)

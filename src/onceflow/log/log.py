@@ -75,7 +75,10 @@ class PartitionLog:
         self.log_end_offset = segments[-1].next_offset
         self.flushed_offset = self.log_end_offset
         self._lock = threading.Condition()
-        self._flushes_running = 0
+        self._flushes_running = 0  # on other threads: `close` waits for them
+        # Between `begin_data_flush` and its `finish`, which runs on the event loop: `close`,
+        # often on that loop, cannot wait for them, so it leaves their files to `finish`.
+        self._data_flushes_running = 0
         self._close_after_flush: list[LogSegment] = []
         self._closed = False
         self._last_snapshot_offset = self.log_end_offset
@@ -441,7 +444,7 @@ class PartitionLog:
                 or any(segment.needs_sync(with_indexes=True) for segment in self._segments[:-1])
             ):
                 return None
-            self._flushes_running += 1
+            self._data_flushes_running += 1
         end, size, truncations = self.log_end_offset, active.size, self._truncations
 
         def finish(synced: bool) -> None:
@@ -452,7 +455,9 @@ class PartitionLog:
                         if truncations == self._truncations:
                             self.flushed_offset = max(self.flushed_offset, end)
             finally:
-                self.unpin_segments()
+                with self._lock:
+                    self._data_flushes_running -= 1
+                    self._close_unused_segments()
 
         return DataFlush(active.fd, finish)
 
@@ -505,12 +510,17 @@ class PartitionLog:
         self._forget_below(self._segments[0].base_offset)
         return doomed
 
-    def _close_when_unused(self, segment: LogSegment) -> None:
+    def _close_when_unused(self, *segments: LogSegment) -> None:
         with self._lock:
-            if self._flushes_running:
-                self._close_after_flush.append(segment)
-            else:
+            self._close_after_flush += segments
+            self._close_unused_segments()
+
+    def _close_unused_segments(self) -> None:
+        """Close the segments left to close, unless a flush may still use their files. Under the lock."""
+        if not (self._flushes_running or self._data_flushes_running):
+            for segment in self._close_after_flush:
                 segment.close()
+            self._close_after_flush.clear()
 
     # -- log cleaning (the algorithm is in cleaner.py) ----------------------------------------
 
@@ -547,10 +557,8 @@ class PartitionLog:
     def unpin_segments(self) -> None:
         with self._lock:
             self._flushes_running -= 1
+            self._close_unused_segments()
             if not self._flushes_running:
-                for segment in self._close_after_flush:
-                    segment.close()
-                self._close_after_flush.clear()
                 self._lock.notify_all()
 
     def replace_segment(self, old: LogSegment, new: LogSegment | None) -> None:
@@ -581,8 +589,7 @@ class PartitionLog:
             fsync_directory(self.directory)
             self.flushed_offset = self.log_end_offset
             self.producer_state.take_snapshot(self.directory, self.log_end_offset)
-        for segment in self._segments:
-            segment.close()
+        self._close_when_unused(*self._segments)
 
 
 def _base_offset(segment: LogSegment) -> int:
