@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from onceflow.log.batch import encode_control_batch
-from onceflow.log.log import PartitionLog
+from onceflow.log.log import DataFlush, PartitionLog
 from tests.log.batches import TRANSACTIONAL, idempotent, make_batch
 from tests.log.helpers import append, open_log, segment_files
 
@@ -23,11 +23,17 @@ def _flushed_log(directory: Path, **config: int) -> PartitionLog:
     return log
 
 
-def test_it_names_the_active_segment_and_counts_what_was_appended_before_it(tmp_path: Path) -> None:
-    log = _flushed_log(tmp_path)
-    append(log, make_batch(3))  # 2-4
+def _pending_flush(log: PartitionLog) -> DataFlush:
+    """Three more records (offsets 2-4) and the data flush that covers them, begun."""
+    append(log, make_batch(3))
     data_flush = log.begin_data_flush()
     assert data_flush is not None
+    return data_flush
+
+
+def test_it_names_the_active_segment_and_counts_what_was_appended_before_it(tmp_path: Path) -> None:
+    log = _flushed_log(tmp_path)
+    data_flush = _pending_flush(log)
     assert os.fstat(data_flush.fd).st_ino == segment_files(tmp_path)[-1].stat().st_ino
     append(log, make_batch(1))  # 5, after the flush began: not covered by it
     assert log.flushed_offset == 2
@@ -39,9 +45,7 @@ def test_it_names_the_active_segment_and_counts_what_was_appended_before_it(tmp_
 
 def test_a_failed_sync_counts_nothing_and_the_next_flush_covers_it(tmp_path: Path) -> None:
     log = _flushed_log(tmp_path)
-    append(log, make_batch(3))
-    data_flush = log.begin_data_flush()
-    assert data_flush is not None
+    data_flush = _pending_flush(log)
     data_flush.finish(False)
     assert log.flushed_offset == 2
     again = log.begin_data_flush()
@@ -71,9 +75,7 @@ def test_flushes_that_need_more_than_one_fdatasync_are_left_to_flush(tmp_path: P
 
 def test_a_truncation_during_the_sync_keeps_the_flushed_offset(tmp_path: Path) -> None:
     log = _flushed_log(tmp_path)
-    append(log, make_batch(3))
-    data_flush = log.begin_data_flush()
-    assert data_flush is not None
+    data_flush = _pending_flush(log)
     log.truncate_to(3, now_ms=0)
     data_flush.finish(True)
     assert log.flushed_offset == 2
@@ -101,9 +103,7 @@ def test_closing_the_log_does_not_wait_for_a_data_flush_and_leaves_its_file_open
     # The broker deletes a topic on its event loop, where the flush's `finish` also runs: a
     # close that waited for it would wait forever.
     log = _flushed_log(tmp_path)
-    append(log, make_batch(3))
-    data_flush = log.begin_data_flush()
-    assert data_flush is not None
+    data_flush = _pending_flush(log)
     closing = threading.Thread(target=log.close, kwargs={"flush": False}, daemon=True)
     closing.start()
     closing.join(timeout=10)

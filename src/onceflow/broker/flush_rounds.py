@@ -69,6 +69,10 @@ class FlushRounds:
             if self._stopping:
                 return
             self._requested.clear()
+            if not self.dirty:
+                # Nothing to flush, so no round: with nothing to await, its end asking for
+                # another (a waiter still short of its offset) would never let the loop run.
+                continue
             partitions = list(self.dirty)
             self.dirty = set()
             outcomes = await asyncio.gather(*map(self._flush, partitions), return_exceptions=True)

@@ -17,8 +17,8 @@ from typing import Protocol
 
 _log = logging.getLogger(__name__)
 
-# Syncs in flight at once; more wait for a free slot. A context reserves about twice this
-# many of the machine's `fs.aio-max-nr` (65,536 by default) until it is closed.
+# Syncs in flight at once; more wait for a free slot. A context reserves this many of the
+# machine's `fs.aio-max-nr` (65,536 by default: `fs.aio-nr` showed 64 per broker) until it goes.
 MAX_IN_FLIGHT = 64
 
 
