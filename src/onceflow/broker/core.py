@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.fetch_sessions import FetchSessions
-from onceflow.broker.flush_rounds import FlushRounds
 from onceflow.broker.markers import BrokerTransactionPartitions
 from onceflow.broker.metrics import STAGE_HW_TO_FETCH_WAKEUP, Metrics, PrometheusMetrics
+from onceflow.broker.partition_flushes import PartitionFlushes
 from onceflow.broker.producer_ids import ProducerIdAllocator
 from onceflow.broker.replication import FollowedPartition, LeaderFetcher, LeaderState
 from onceflow.broker.txn_markers import ClusterMarkers
@@ -135,7 +135,7 @@ class Broker:
         self._fsync_threads = ThreadPoolExecutor(
             max_workers=FSYNC_THREADS, thread_name_prefix="onceflow-fsync"
         )
-        self._flush_rounds = FlushRounds(self._fsync_threads, self.metrics.flushed, self._round_ended)
+        self._flushes = PartitionFlushes(self._fsync_threads, self.metrics.flushed, self._flush_ended)
         # Cleaning reads and writes whole segments: one thread of its own, as Kafka's cleaner.
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-cleaner")
         self._tasks: list[asyncio.Task[None]] = []
@@ -154,7 +154,7 @@ class Broker:
         if advertised is None:
             advertised = ("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port)
         self.endpoint = Endpoint(self.node_id, *advertised)
-        self._flush_rounds.start()
+        self._flushes.start()
         self._tasks = [
             asyncio.create_task(self._write_behind(), name="write-behind"),
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
@@ -197,7 +197,7 @@ class Broker:
         for waiters in self._fetch_waiters.values():
             for waiter in waiters:
                 waiter.cancel()
-        await self._flush_rounds.stop()
+        await self._flushes.stop()
         await asyncio.get_running_loop().run_in_executor(self._fsync_threads, self.logs.close)
         self._fsync_threads.shutdown(wait=True)
         self._cleaner_thread.shutdown(wait=True)
@@ -532,9 +532,9 @@ class Broker:
         """Record new data. It becomes visible to fetches once fsynced; a fetch waiting on one
         of `logs` asks for that now."""
         logs = tuple(logs)
-        self._flush_rounds.dirty.update(logs)
+        self._flushes.dirty.update(logs)
         if any(partition in self._fetch_waiters for partition in logs):
-            self._flush_rounds.request()
+            self._flushes.request()
         if self._append_waiters:
             _wake(self._append_waiters, logs, time.perf_counter())
 
@@ -548,9 +548,9 @@ class Broker:
         if not unflushed:
             waiter.set_result(time.perf_counter())
             return waiter
-        self._flush_rounds.dirty.update(unflushed)
+        self._flushes.dirty.update(unflushed)
         self._durability_waiters.append((targets, waiter))
-        self._flush_rounds.request()
+        self._flushes.request()
         return waiter
 
     async def wait_for_data(
@@ -569,8 +569,8 @@ class Broker:
         waiting = self._append_waiters if follower else self._fetch_waiters
         for partition in logs:
             waiting.setdefault(partition, set()).add(waiter)
-        if not follower and any(partition in self._flush_rounds.dirty for partition in logs):
-            self._flush_rounds.request()
+        if not follower and any(partition in self._flushes.dirty for partition in logs):
+            self._flushes.request()
         try:
             woken_at = await _woken_or_timed_out(waiter, timeout_s)
             if woken_at is not None:
@@ -583,8 +583,8 @@ class Broker:
                     if not waiters:
                         del waiting[partition]
 
-    def _round_ended(self, flushed: Collection[DurableLog], flushed_at: float) -> None:
-        """A flush round moved the flushed offsets of `flushed`: wake the fetches waiting on
+    def _flush_ended(self, flushed: Collection[DurableLog], flushed_at: float) -> None:
+        """A flush moved the flushed offsets of `flushed`: wake the fetches waiting on
         them and release the acks=all answers it made durable."""
         self._wake_fetches(flushed)
         still_waiting = []
@@ -597,7 +597,7 @@ class Broker:
                 still_waiting.append((targets, waiter))
         self._durability_waiters = still_waiting
         if still_waiting:
-            self._flush_rounds.request()
+            self._flushes.request()
 
     def _wake_fetches(self, logs: Iterable[DurableLog]) -> None:
         """The high watermarks of `logs` may have moved: wake the fetches waiting on them."""
@@ -611,8 +611,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval_s)
-            if self._flush_rounds.dirty:
-                self._flush_rounds.request()
+            if self._flushes.dirty:
+                self._flushes.request()
             await loop.run_in_executor(self._fsync_threads, self.logs.write_recovery_checkpoint)
 
     async def _housekeeping(self) -> None:

@@ -1,0 +1,170 @@
+"""Partition flushes without a broker: logs in memory whose flushes run on threads, held at will."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
+
+from onceflow.broker.partition_flushes import RETRY_AFTER_FAILURE_S, PartitionFlushes
+from onceflow.coordinator.runtime import DurableLog
+
+
+class HeldLog:
+    """A log whose `flush` waits for `released`, and fails once after `fail_once`."""
+
+    def __init__(self, name: str, events: list[str]) -> None:
+        self.name = name
+        self.log_end_offset = 0
+        self.flushed_offset = 0
+        self.closed = False
+        self.released = threading.Event()
+        self.released.set()
+        self.started = threading.Event()
+        self.fail_once = False
+        self._events = events
+
+    def flush(self) -> int:
+        end = self.log_end_offset  # a flush covers what was appended before it began
+        self._events.append(f"{self.name} starts")
+        self.started.set()
+        assert self.released.wait(30)
+        if self.fail_once:
+            self.fail_once = False
+            raise OSError(f"{self.name}: no space left on device")
+        self.flushed_offset = end
+        return end
+
+    def begin_data_flush(self) -> None:
+        return None  # every flush on a thread
+
+
+def _flushes(events: list[str]) -> PartitionFlushes:
+    def ended(partitions: Collection[DurableLog], _at: float) -> None:
+        for partition in partitions:
+            events.append(f"{partition.name} flushed to {partition.flushed_offset}")  # type: ignore[attr-defined]
+
+    return PartitionFlushes(ThreadPoolExecutor(4), lambda _seconds, _how: None, ended)
+
+
+def _append(flushes: PartitionFlushes, log: HeldLog) -> None:
+    log.log_end_offset += 1
+    flushes.dirty.add(log)
+    flushes.request()
+
+
+async def _until(condition: threading.Event) -> None:
+    async with asyncio.timeout(30):
+        while not condition.is_set():
+            await asyncio.sleep(0.001)
+
+
+async def _until_event(events: list[str], event: str) -> None:
+    async with asyncio.timeout(30):
+        while event not in events:
+            await asyncio.sleep(0.001)
+
+
+def test_appends_during_a_flush_share_the_next_one_and_other_partitions_do_not_wait() -> None:
+    async def run() -> list[str]:
+        events: list[str] = []
+        flushes = _flushes(events)
+        flushes.start()
+        a, b = HeldLog("a", events), HeldLog("b", events)
+        a.released.clear()
+        _append(flushes, a)
+        await _until(a.started)
+        _append(flushes, a)
+        _append(flushes, a)
+        _append(flushes, b)
+        await _until_event(events, "b flushed to 1")  # while a's first flush is still held
+        a.released.set()
+        await _until_event(events, "a flushed to 3")
+        await flushes.stop()
+        return events
+
+    assert asyncio.run(run()) == [
+        "a starts",
+        "b starts",
+        "b flushed to 1",
+        "a flushed to 1",
+        "a starts",  # one flush for both appends made while the first was under way
+        "a flushed to 3",
+    ]
+
+
+def test_a_failed_flush_is_tried_again_later_and_does_not_hold_back_the_others() -> None:
+    async def run() -> tuple[list[str], float]:
+        events: list[str] = []
+        failed_at: list[float] = []
+        flushes: PartitionFlushes
+
+        def ended(partitions: Collection[DurableLog], at: float) -> None:
+            for partition in partitions:
+                events.append(f"{partition.name} flushed to {partition.flushed_offset}")  # type: ignore[attr-defined]
+                if partition.flushed_offset == 0:
+                    failed_at.append(at)
+            flushes.request()  # as the broker asks again for the answers still waiting
+
+        flushes = PartitionFlushes(ThreadPoolExecutor(4), lambda _seconds, _how: None, ended)
+        flushes.start()
+        a, b = HeldLog("a", events), HeldLog("b", events)
+        a.fail_once = True
+        _append(flushes, a)
+        _append(flushes, b)
+        await _until_event(events, "a flushed to 1")
+        await flushes.stop()
+        return events, time.perf_counter() - failed_at[0]
+
+    events, since_failure = asyncio.run(run())
+    assert events.count("a flushed to 0") == 1  # the failure
+    assert events.index("b flushed to 1") < events.index("a flushed to 1")
+    assert events.count("a starts") == 2 and events.count("b starts") == 1
+    assert since_failure >= RETRY_AFTER_FAILURE_S  # not tried again at once, in a loop
+
+
+def test_stop_waits_for_the_flushes_under_way_and_starts_no_other() -> None:
+    async def run() -> list[str]:
+        events: list[str] = []
+        flushes = _flushes(events)
+        flushes.start()
+        a, b = HeldLog("a", events), HeldLog("b", events)
+        a.released.clear()
+        _append(flushes, a)
+        await _until(a.started)
+        stopping = asyncio.create_task(flushes.stop())
+        _append(flushes, b)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not stopping.done()
+        a.released.set()
+        await asyncio.wait_for(stopping, 30)
+        _append(flushes, b)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return events
+
+    assert asyncio.run(run()) == ["a starts", "a flushed to 1"]
+
+
+def test_a_request_with_nothing_dirty_flushes_nothing() -> None:
+    # A flush's end that asks for another, with nothing dirty, must not keep the loop busy.
+    async def run() -> list[str]:
+        events: list[str] = []
+        flushes: PartitionFlushes
+
+        def ended(_partitions: Collection[DurableLog], _at: float) -> None:
+            events.append("flush")
+            if len(events) < 100:  # the bound lets a failing run end
+                flushes.request()
+
+        flushes = PartitionFlushes(ThreadPoolExecutor(1), lambda _seconds, _how: None, ended)
+        flushes.start()
+        flushes.request()
+        await asyncio.sleep(0.01)
+        await flushes.stop()
+        return events
+
+    assert asyncio.run(run()) == []
