@@ -131,7 +131,8 @@ class Broker:
         # Followers' fetches: they copy what the leader appended, fsynced or not, so an append
         # wakes them (the leader's own fsync runs meanwhile, beside the copying).
         self._append_waiters: dict[DurableLog, set[asyncio.Future[float | None]]] = {}
-        self._durability_waiters: list[tuple[list[tuple[DurableLog, int]], asyncio.Future[float]]] = []
+        # acks=all answers waiting for fsyncs, by the partitions they still wait on.
+        self._durability_waits: dict[DurableLog, list[_DurabilityWait]] = {}
         self._fsync_threads = ThreadPoolExecutor(
             max_workers=FSYNC_THREADS, thread_name_prefix="onceflow-fsync"
         )
@@ -542,14 +543,16 @@ class Broker:
         """Done once everything appended to `logs` up to this call is fsynced, with the
         perf_counter() time at which it was. The ends are taken now, not when the caller gets
         to await: appends made meanwhile are not waited for."""
-        targets = [(partition, partition.log_end_offset) for partition in logs]
+        ends = {partition: partition.log_end_offset for partition in logs}
         waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        unflushed = [partition for partition, end in targets if partition.flushed_offset < end]
+        unflushed = {partition: end for partition, end in ends.items() if partition.flushed_offset < end}
         if not unflushed:
             waiter.set_result(time.perf_counter())
             return waiter
+        wait = _DurabilityWait(unflushed, waiter)
+        for partition in unflushed:
+            self._durability_waits.setdefault(partition, []).append(wait)
         self._flushes.dirty.update(unflushed)
-        self._durability_waiters.append((targets, waiter))
         self._flushes.request()
         return waiter
 
@@ -587,17 +590,18 @@ class Broker:
         """A flush moved the flushed offsets of `flushed`: wake the fetches waiting on
         them and release the acks=all answers it made durable."""
         self._wake_fetches(flushed)
-        still_waiting = []
-        for targets, waiter in self._durability_waiters:
-            # A log deleted meanwhile will never flush further; its data is gone anyway.
-            if all(partition.flushed_offset >= end or partition.closed for partition, end in targets):
-                if not waiter.done():
-                    waiter.set_result(flushed_at)
-            else:
-                still_waiting.append((targets, waiter))
-        self._durability_waiters = still_waiting
-        if still_waiting:
-            self._flushes.request()
+        for partition in flushed:
+            still_waiting = []
+            for wait in self._durability_waits.pop(partition, ()):
+                # A log deleted meanwhile will never flush further; its data is gone anyway.
+                if partition.flushed_offset >= wait.unflushed[partition] or partition.closed:
+                    del wait.unflushed[partition]
+                    if not wait.unflushed and not wait.answer.done():
+                        wait.answer.set_result(flushed_at)
+                else:
+                    still_waiting.append(wait)
+            if still_waiting:  # asked for while its flush ran: the next one, already asked for, covers them
+                self._durability_waits[partition] = still_waiting
 
     def _wake_fetches(self, logs: Iterable[DurableLog]) -> None:
         """The high watermarks of `logs` may have moved: wake the fetches waiting on them."""
@@ -674,6 +678,14 @@ class Broker:
             result.bytes_after,
             result.records_removed,
         )
+
+
+@dataclass
+class _DurabilityWait:
+    """An acks=all answer's wait: the ends it still waits for, by partition."""
+
+    unflushed: dict[DurableLog, int]
+    answer: asyncio.Future[float]
 
 
 async def _woken_or_timed_out(waiter: asyncio.Future[float | None], timeout_s: float) -> float | None:
