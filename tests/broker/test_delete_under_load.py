@@ -55,4 +55,4 @@ def test_a_topic_deleted_under_acks_all_produce_leaves_the_broker_answering() ->
                 raise AssertionError(f"the broker stopped answering after deleting {topic}") from error
         after = Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all"})
         after.produce("after", b"v")
-        assert after.flush(30) == 0, "acks=all answers stopped: the flush rounds are stuck"
+        assert after.flush(30) == 0, "acks=all answers stopped: the flushes are stuck"
