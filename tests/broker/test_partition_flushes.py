@@ -168,3 +168,22 @@ def test_a_request_with_nothing_dirty_flushes_nothing() -> None:
         return events
 
     assert asyncio.run(run()) == []
+
+
+def test_a_flush_cancelled_midway_leaves_its_partition_to_be_flushed_again() -> None:
+    async def run() -> list[str]:
+        events: list[str] = []
+        flushes = _flushes(events)
+        flushes.start()
+        a = HeldLog("a", events)
+        a.released.clear()
+        _append(flushes, a)
+        await _until(a.started)
+        flushes._flushing[a].cancel()  # as a cancelled shutdown would
+        await _until_event(events, "a flushed to 0")
+        a.released.set()  # the first fsync's thread ends; the retry flushes
+        await _until_event(events, "a flushed to 1")
+        await asyncio.wait_for(flushes.stop(), 30)
+        return events
+
+    assert asyncio.run(run())[-1] == "a flushed to 1"

@@ -600,8 +600,11 @@ class Broker:
                         wait.answer.set_result(flushed_at)
                 else:
                     still_waiting.append(wait)
-            if still_waiting:  # asked for while its flush ran: the next one, already asked for, covers them
+            if still_waiting:
                 self._durability_waits[partition] = still_waiting
+                # Mostly asked for already (a wait registered during the flush asks for the
+                # next); not when a truncation kept this flush from counting.
+                self._flushes.request()
 
     def _wake_fetches(self, logs: Iterable[DurableLog]) -> None:
         """The high watermarks of `logs` may have moved: wake the fetches waiting on them."""

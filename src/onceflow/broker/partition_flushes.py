@@ -58,14 +58,13 @@ class PartitionFlushes:
         this one share them; a partition whose flush is under way starts its next when it ends."""
         if self._start_scheduled or self._stopping:
             return
-        self._start_scheduled = True
         asyncio.get_running_loop().call_soon(self._start_flushes)
+        self._start_scheduled = True
 
     async def stop(self) -> None:
         """Start no more flushes, once those under way have ended (their fsyncs cannot be called back)."""
         self._stopping = True
-        while self._flushing:
-            await asyncio.gather(*self._flushing.values(), return_exceptions=True)
+        await asyncio.gather(*self._flushing.values(), return_exceptions=True)  # none start now
         if self._kernel is not None:
             self._kernel.close()
             self._kernel = None  # the kernel's context goes with its last reference
@@ -85,22 +84,23 @@ class PartitionFlushes:
             self._flushing[partition] = asyncio.create_task(self._flush_and_report(partition))
 
     async def _flush_and_report(self, partition: DurableLog) -> None:
-        failed = False
+        failure: BaseException | None = None
         try:
             await self._flush(partition)
-        except Exception as error:
-            log.error("fsync failed; acks=all producers will time out and retry", exc_info=error)
-            failed = True
-        finally:
-            del self._flushing[partition]
+        except BaseException as error:  # cancelled too (at shutdown): the books stay right
+            failure = error
+        del self._flushing[partition]
         if partition in self._asked_again:
             self._asked_again.discard(partition)
             self.request()
-        if failed:
+        if failure is not None:
+            log.error("fsync failed; acks=all producers will time out and retry", exc_info=failure)
             self.dirty.add(partition)
             self._resting.add(partition)
             asyncio.get_running_loop().call_later(RETRY_AFTER_FAILURE_S, self._retry, partition)
         self._flush_ended((partition,), time.perf_counter())
+        if failure is not None and not isinstance(failure, Exception):
+            raise failure
 
     def _retry(self, partition: DurableLog) -> None:
         self._resting.discard(partition)
