@@ -1,12 +1,18 @@
-"""A long-polling fetch is woken by the flushes of the partitions it reads, not by any flush."""
+"""A long-polling fetch is woken by the flushes of the partitions it reads, not by any flush, and
+not left waiting by one that ended before it began to wait."""
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from onceflow import EmbeddedBroker
+from onceflow.apis import fetch
+from onceflow.log.batch import validate_batches
 from tests.conftest import wait_until
 from tests.wire import WireClient, make_batch, produce
 
@@ -32,3 +38,30 @@ def test_flushes_of_other_partitions_do_not_wake_a_waiting_fetch(tmp_path: Path,
     assert len(answers) == 1
     assert answers[0].responses[0].partitions[0].records
     assert reads[0] == 0 and reads[1] > 0 and len(reads) == 2
+
+
+def test_a_flush_between_the_read_and_the_wait_ends_the_wait_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The handler reads, then its long poll starts a turn of the event loop later; a flush that
+    # ends in between wakes nobody. Here the long poll, before it starts, appends and flushes
+    # behind the broker's back: the fetch must see that without waiting its 20 s.
+    original = fetch._long_poll
+    flushed_behind: list[int] = []
+
+    async def flush_then_long_poll(request: Any, *args: Any) -> Any:
+        log = request.broker.logs.get("quiet", 0)
+        batch = make_batch([b"late"])
+        log.append(batch, validate_batches(batch), int(time.time() * 1000))
+        flushed_behind.append(log.flush())
+        return await original(request, *args)
+
+    monkeypatch.setattr(fetch, "_long_poll", flush_then_long_poll)
+    with EmbeddedBroker(tmp_path) as broker, WireClient(broker.bootstrap_servers, timeout_s=30) as client:
+        client.create_topic("quiet", 1)
+        started = time.monotonic()
+        answer = _long_poll(client, "quiet")
+        waited = time.monotonic() - started
+    assert flushed_behind == [1]
+    assert answer.responses[0].partitions[0].records
+    assert waited < 5, f"the fetch waited {waited:.1f} s for a flush that had already ended"

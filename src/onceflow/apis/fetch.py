@@ -66,10 +66,10 @@ def handle(request: Request) -> Any:
     max_wait_ms = body.max_wait.total_seconds() * 1000
     if size >= body.min_bytes or max_wait_ms <= 0:
         return _respond(request, responses, session)
-    # A follower's wait starts from the logs' ends as read here: an append in the gap before
-    # the coroutine below runs ends it at once.
-    ends = [log.log_end_offset for log in logs] if follower else None
-    return _long_poll(request, topics, session, logs, ends, time.monotonic() + max_wait_ms / 1000)
+    # The wait starts from the logs as read here: an append (a follower's) or a flush (a
+    # consumer's) in the gap before the coroutine below runs ends it at once.
+    seen = request.broker.read_positions(logs, follower)
+    return _long_poll(request, topics, session, logs, seen, follower, time.monotonic() + max_wait_ms / 1000)
 
 
 async def _long_poll(
@@ -77,19 +77,19 @@ async def _long_poll(
     topics: Any,
     session: FetchSession | None,
     logs: list[PartitionLog],
-    ends: list[int] | None,
+    seen: list[int],
+    follower: bool,
     deadline: float,
 ) -> Any:
     """Wait for the partitions read (a flush of one of them wakes this fetch; an append, a
-    follower's, which passes the logs' `ends` as it read them), read again."""
-    follower = ends is not None
+    follower's), read again."""
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        await request.broker.wait_for_data(logs, remaining, ends)
+        await request.broker.wait_for_data(logs, remaining, seen, follower)
         responses, size, logs = _read(request, topics)
-        ends = [log.log_end_offset for log in logs] if follower else None
+        seen = request.broker.read_positions(logs, follower)
         if size >= request.body.min_bytes:
             return _respond(request, responses, session)
     return _respond(request, _read(request, topics)[0], session)

@@ -556,17 +556,21 @@ class Broker:
         self._flushes.request()
         return waiter
 
+    @staticmethod
+    def read_positions(logs: Sequence[DurableLog], follower: bool) -> list[int]:
+        """Where a fetch's read of `logs` stopped: their ends for a follower, which copies
+        unflushed data too; their flushed offsets for a consumer."""
+        return [partition.log_end_offset if follower else partition.flushed_offset for partition in logs]
+
     async def wait_for_data(
-        self, logs: Sequence[DurableLog], timeout_s: float, appended_since: Sequence[int] | None = None
+        self, logs: Sequence[DurableLog], timeout_s: float, seen: Sequence[int], follower: bool
     ) -> None:
         """Sleep until the high watermark of one of `logs` may have moved or the timeout passes.
-        A follower passes `appended_since`, the logs' ends when it read them: it wakes on any
-        append past those, also one already made (which woke nobody: acks=all producers would
-        wait on that copy for the whole long poll)."""
-        follower = appended_since is not None
-        if appended_since is not None and any(
-            partition.log_end_offset != end for partition, end in zip(logs, appended_since, strict=True)
-        ):
+        `seen` is where the logs stood when the fetch read them (`read_positions`): a move past
+        that made before this call woke nobody, so it ends the wait at once. A follower wakes on
+        any append (acks=all producers wait on its copy), a consumer on a flush (it would wait
+        for the partition's next one, or its whole max wait)."""
+        if self.read_positions(logs, follower) != list(seen):
             return
         waiter: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
         waiting = self._append_waiters if follower else self._fetch_waiters
