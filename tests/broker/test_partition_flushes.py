@@ -67,15 +67,21 @@ async def _until_event(events: list[str], event: str) -> None:
             await asyncio.sleep(0.001)
 
 
+async def _a_held_flush_under_way(events: list[str]) -> tuple[PartitionFlushes, HeldLog, HeldLog]:
+    """Started flushes, logs a and b, and a's flush under way, held until `a.released`."""
+    flushes = _flushes(events)
+    flushes.start()
+    a, b = HeldLog("a", events), HeldLog("b", events)
+    a.released.clear()
+    _append(flushes, a)
+    await _until(a.started)
+    return flushes, a, b
+
+
 def test_appends_during_a_flush_share_the_next_one_and_other_partitions_do_not_wait() -> None:
     async def run() -> list[str]:
         events: list[str] = []
-        flushes = _flushes(events)
-        flushes.start()
-        a, b = HeldLog("a", events), HeldLog("b", events)
-        a.released.clear()
-        _append(flushes, a)
-        await _until(a.started)
+        flushes, a, b = await _a_held_flush_under_way(events)
         _append(flushes, a)
         _append(flushes, a)
         _append(flushes, b)
@@ -128,12 +134,7 @@ def test_a_failed_flush_is_tried_again_later_and_does_not_hold_back_the_others()
 def test_stop_waits_for_the_flushes_under_way_and_starts_no_other() -> None:
     async def run() -> list[str]:
         events: list[str] = []
-        flushes = _flushes(events)
-        flushes.start()
-        a, b = HeldLog("a", events), HeldLog("b", events)
-        a.released.clear()
-        _append(flushes, a)
-        await _until(a.started)
+        flushes, a, b = await _a_held_flush_under_way(events)
         stopping = asyncio.create_task(flushes.stop())
         _append(flushes, b)
         for _ in range(10):
@@ -173,12 +174,7 @@ def test_a_request_with_nothing_dirty_flushes_nothing() -> None:
 def test_a_flush_cancelled_midway_leaves_its_partition_to_be_flushed_again() -> None:
     async def run() -> list[str]:
         events: list[str] = []
-        flushes = _flushes(events)
-        flushes.start()
-        a = HeldLog("a", events)
-        a.released.clear()
-        _append(flushes, a)
-        await _until(a.started)
+        flushes, a, _ = await _a_held_flush_under_way(events)
         flushes._flushing[a].cancel()  # as a cancelled shutdown would
         await _until_event(events, "a flushed to 0")
         a.released.set()  # the first fsync's thread ends; the retry flushes
