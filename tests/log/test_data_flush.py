@@ -112,3 +112,36 @@ def test_closing_the_log_does_not_wait_for_a_data_flush_and_leaves_its_file_open
     data_flush.finish(True)
     with pytest.raises(OSError):
         os.fstat(data_flush.fd)
+
+
+def test_a_truncation_during_a_data_flush_leaves_what_is_written_again_unsynced(tmp_path: Path) -> None:
+    # A leader turned follower cuts its log while its last flush is with the kernel, then
+    # copies the new leader's batches over the cut bytes: that flush's end says nothing of them.
+    log = _flushed_log(tmp_path)
+    data_flush = _pending_flush(log)
+    log.truncate_to(2, now_ms=0)
+    append(log, make_batch(1))  # offset 2 again, written over the cut bytes
+    os.fdatasync(data_flush.fd)
+    data_flush.finish(True)
+    assert log.flushed_offset == 2
+    assert log.begin_data_flush() is not None  # still to sync, so a flush will sync it
+    log.close()
+
+
+def test_a_truncation_during_a_thread_flush_leaves_what_is_written_again_unsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _flushed_log(tmp_path)
+    append(log, make_batch(3))
+    real_fdatasync = os.fdatasync
+
+    def truncate_and_write_again_meanwhile(fd: int) -> None:
+        real_fdatasync(fd)
+        monkeypatch.setattr(os, "fdatasync", real_fdatasync)
+        log.truncate_to(2, now_ms=0)
+        append(log, make_batch(1))
+
+    monkeypatch.setattr(os, "fdatasync", truncate_and_write_again_meanwhile)
+    assert log.flush() == 2
+    assert log.begin_data_flush() is not None
+    log.close()

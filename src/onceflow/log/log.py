@@ -446,11 +446,12 @@ class PartitionLog:
                 return None
             self._data_flushes_running += 1
         end, size, truncations = self.log_end_offset, active.size, self._truncations
+        segment_truncations = active.truncations
 
         def finish(synced: bool) -> None:
             try:
                 if synced:
-                    active.synced_size = max(active.synced_size, size)
+                    active.record_synced(size, segment_truncations)
                     with self._lock:
                         if truncations == self._truncations:
                             self.flushed_offset = max(self.flushed_offset, end)

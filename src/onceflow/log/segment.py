@@ -100,6 +100,7 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         # Written by whichever thread runs `sync`.
         self.synced_size = 0
+        self.truncations = 0  # a sync begun before one covers none of what follows it
         self.indexes_synced = False
 
     @classmethod
@@ -176,6 +177,7 @@ class LogSegment:
         os.ftruncate(self._fd, position)
         self._rescan(start, position, False, index_interval_bytes)
         self.synced_size = min(self.synced_size, position)
+        self.truncations += 1
         self.indexes_synced = False
         self.txn_index.truncate_to(offset)
 
@@ -342,12 +344,19 @@ class LogSegment:
         final (segment rolled, or log closing): they can be rebuilt from the log anyway. The
         transaction index cannot, so it goes first."""
         self.txn_index.sync()
+        truncations = self.truncations
         os.fdatasync(self._fd)  # data and size; the other metadata need not be durable
-        self.synced_size = max(self.synced_size, size)
+        self.record_synced(size, truncations)
         if with_indexes and not self.indexes_synced:
             self.index.sync()
             self.time_index.sync()
             self.indexes_synced = True
+
+    def record_synced(self, size: int, truncations: int) -> None:
+        """An fdatasync begun when the file held `size` bytes, after `truncations` truncations,
+        has ended. Bytes a truncation since then let be written again may not be in it."""
+        if truncations == self.truncations:
+            self.synced_size = max(self.synced_size, size)
 
     def needs_sync(self, with_indexes: bool) -> bool:
         return (
