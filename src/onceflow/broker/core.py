@@ -147,7 +147,9 @@ class Broker:
         self._fetchers: dict[int, tuple[_Followed, asyncio.Task[None]]] = {}
         self._isr_expansions: dict[tuple[str, int], asyncio.Task[bool]] = {}  # under way
         self._high_watermarks: dict[tuple[str, int], int] = {}
-        self._replication_waiters: set[asyncio.Future[float | None]] = set()
+        # acks=all produces waiting for the high watermark, by the partitions they wait on: a
+        # move of one partition's wakes only its own (before, every move woke every produce).
+        self._replication_waiters: dict[DurableLog, set[asyncio.Future[float | None]]] = {}
 
     # -- lifecycle -------------------------------------------------------------
     def start(self, host: str, port: int) -> None:
@@ -285,7 +287,7 @@ class Broker:
             except LogError:
                 log.exception("cannot open the local log of topic %r", topic)
         self._take_roles(view)
-        self._wake_replication()
+        self._wake_everyone()
 
     def _delete_replicas(self, topic: str) -> None:
         # The fetchers that follow some of its partitions stop; `_take_roles`, next, starts them again.
@@ -436,18 +438,21 @@ class Broker:
             remaining = deadline - time.monotonic()
             if all(done.values()) or lost or remaining <= 0:
                 return {key: reached and key in self._leading for key, reached in done.items()}
+            short = [
+                partition_log for topic, partition, partition_log, _ in targets if not done[topic, partition]
+            ]
             waiter: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
-            self._replication_waiters.add(waiter)
+            for partition_log in short:
+                self._replication_waiters.setdefault(partition_log, set()).add(waiter)
             try:
                 await _woken_or_timed_out(waiter, remaining)
             finally:
-                self._replication_waiters.discard(waiter)
+                _forget(self._replication_waiters, short, waiter)
 
-    def _wake_replication(self) -> None:
-        for waiter in self._replication_waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._replication_waiters.clear()
+    def _wake_everyone(self) -> None:
+        """Leadership or an ISR changed, which may move any high watermark (or end a wait for
+        one): every acks=all produce and every long-polling consumer looks again."""
+        self._wake_fetches([*self._replication_waiters, *self._fetch_waiters])
 
     async def _shrink_isrs(self) -> None:
         """As Kafka's leaders: drop followers that have not caught up for replica.lag.time.max.ms
@@ -583,12 +588,7 @@ class Broker:
             if woken_at is not None:
                 self.metrics.stage(STAGE_HW_TO_FETCH_WAKEUP, time.perf_counter() - woken_at)
         finally:
-            for partition in logs:
-                waiters = waiting.get(partition)
-                if waiters is not None:
-                    waiters.discard(waiter)
-                    if not waiters:
-                        del waiting[partition]
+            _forget(waiting, logs, waiter)
 
     def _flush_ended(self, flushed: Collection[DurableLog], flushed_at: float) -> None:
         """A flush moved the flushed offsets of `flushed`: wake the fetches waiting on
@@ -610,11 +610,13 @@ class Broker:
                 # next); not when a truncation kept this flush from counting.
                 self._flushes.request()
 
-    def _wake_fetches(self, logs: Iterable[DurableLog]) -> None:
-        """The high watermarks of `logs` may have moved: wake the fetches waiting on them."""
+    def _wake_fetches(self, logs: Collection[DurableLog]) -> None:
+        """The high watermarks of `logs` may have moved: wake the fetches and the acks=all
+        produces (cluster mode) waiting on them."""
+        woken_at = time.perf_counter()
         if self._replication_waiters:
-            self._wake_replication()  # a flush moves the high watermark too
-        _wake(self._fetch_waiters, logs, time.perf_counter())
+            _wake(self._replication_waiters, logs, woken_at)
+        _wake(self._fetch_waiters, logs, woken_at)
 
     async def _write_behind(self) -> None:
         """acks=0/1 data nobody waits for is flushed every log.flush.interval.ms."""
@@ -718,6 +720,19 @@ def _wake(
         for waiter in waiting.pop(partition, ()):
             if not waiter.done():
                 waiter.set_result(woken_at)
+
+
+def _forget(
+    waiting: dict[DurableLog, set[asyncio.Future[float | None]]],
+    logs: Iterable[DurableLog],
+    waiter: asyncio.Future[float | None],
+) -> None:
+    for partition in logs:
+        waiters = waiting.get(partition)
+        if waiters is not None:
+            waiters.discard(waiter)
+            if not waiters:
+                del waiting[partition]
 
 
 def high_watermark(log: PartitionLog) -> int:
