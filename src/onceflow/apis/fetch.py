@@ -62,34 +62,34 @@ def handle(request: Request) -> Any:
             throttle_time=0, error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=[]
         )
     topics = body.topics if session is None else session.topics()
-    responses, size, logs = _read(request, topics)
+    responses, size, reads = _read(request, topics)
     max_wait_ms = body.max_wait.total_seconds() * 1000
     if size >= body.min_bytes or max_wait_ms <= 0:
         return _respond(request, responses, session)
-    # The wait starts from the logs as read here: an append (a follower's) or a flush (a
-    # consumer's) in the gap before the coroutine below runs ends it at once.
-    seen = request.broker.read_positions(logs, follower)
-    return _long_poll(request, topics, session, logs, seen, follower, time.monotonic() + max_wait_ms / 1000)
+    # The wait starts from the logs as read here: an append (a follower's) or a high watermark
+    # move (a consumer's) in the gap before the coroutine below runs ends it at once.
+    seen = request.broker.read_positions(reads, follower)
+    return _long_poll(request, topics, session, reads, seen, follower, time.monotonic() + max_wait_ms / 1000)
 
 
 async def _long_poll(
     request: Request,
     topics: Any,
     session: FetchSession | None,
-    logs: list[PartitionLog],
+    reads: list[tuple[str, int, PartitionLog]],
     seen: list[int],
     follower: bool,
     deadline: float,
 ) -> Any:
-    """Wait for the partitions read (a flush of one of them wakes this fetch; an append, a
-    follower's), read again."""
+    """Wait for the partitions read (a move of one's high watermark wakes this fetch; an
+    append, a follower's), read again."""
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        await request.broker.wait_for_data(logs, remaining, seen, follower)
-        responses, size, logs = _read(request, topics)
-        seen = request.broker.read_positions(logs, follower)
+        await request.broker.wait_for_data(reads, remaining, seen, follower)
+        responses, size, reads = _read(request, topics)
+        seen = request.broker.read_positions(reads, follower)
         if size >= request.body.min_bytes:
             return _respond(request, responses, session)
     return _respond(request, _read(request, topics)[0], session)
@@ -119,9 +119,11 @@ def _respond(request: Request, responses: list[dict[str, Any]], session: FetchSe
     )
 
 
-def _read(request: Request, topics: Any) -> tuple[list[dict[str, Any]], int, list[PartitionLog]]:
+def _read(
+    request: Request, topics: Any
+) -> tuple[list[dict[str, Any]], int, list[tuple[str, int, PartitionLog]]]:
     """The response's topics for the requested `topics`, the bytes of records in them, and the
-    partition logs read."""
+    partitions read, with their logs."""
     body = request.body
     broker = request.broker
     logs = broker.logs
@@ -136,7 +138,7 @@ def _read(request: Request, topics: Any) -> tuple[list[dict[str, Any]], int, lis
     budget = max(0, min(body.max_bytes, broker.config.fetch_max_bytes))
     total = 0
     responses = []
-    read_logs = []
+    reads = []
     for topic in topics:
         topic_id = getattr(topic, "topic_id", None)
         name = topic_name(request, getattr(topic, "topic", None), topic_id, FIRST_VERSION_WITH_TOPIC_IDS)
@@ -164,7 +166,7 @@ def _read(request: Request, topics: Any) -> tuple[list[dict[str, Any]], int, lis
             lso = log.last_stable_offset(hw)
             limit = max(0, min(wanted.partition_max_bytes, budget))
             upto = log.log_end_offset if follower else lso if read_committed else hw
-            read_logs.append(log)
+            reads.append((name, wanted.partition, log))
             try:
                 records, next_offset = log.read_batches(wanted.fetch_offset, limit, upto)
             except LogError as error:
@@ -196,7 +198,7 @@ def _read(request: Request, topics: Any) -> tuple[list[dict[str, Any]], int, lis
                 }
             )
         responses.append({"topic": name, "topic_id": topic_id, "partitions": partitions})
-    return responses, total, read_logs
+    return responses, total, reads
 
 
 def _partition_error(

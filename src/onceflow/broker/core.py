@@ -561,22 +561,30 @@ class Broker:
         self._flushes.request()
         return waiter
 
-    @staticmethod
-    def read_positions(logs: Sequence[DurableLog], follower: bool) -> list[int]:
-        """Where a fetch's read of `logs` stopped: their ends for a follower, which copies
-        unflushed data too; their flushed offsets for a consumer."""
-        return [partition.log_end_offset if follower else partition.flushed_offset for partition in logs]
+    def read_positions(self, reads: Sequence[tuple[str, int, PartitionLog]], follower: bool) -> list[int]:
+        """Where a fetch's read of each (topic, partition, log) stopped: the log's end for a
+        follower, which copies unflushed data too; the high watermark for a consumer."""
+        return [
+            partition_log.log_end_offset if follower else self.high_watermark(topic, partition, partition_log)
+            for topic, partition, partition_log in reads
+        ]
 
     async def wait_for_data(
-        self, logs: Sequence[DurableLog], timeout_s: float, seen: Sequence[int], follower: bool
+        self,
+        reads: Sequence[tuple[str, int, PartitionLog]],
+        timeout_s: float,
+        seen: Sequence[int],
+        follower: bool,
     ) -> None:
-        """Sleep until the high watermark of one of `logs` may have moved or the timeout passes.
-        `seen` is where the logs stood when the fetch read them (`read_positions`): a move past
-        that made before this call woke nobody, so it ends the wait at once. A follower wakes on
-        any append (acks=all producers wait on its copy), a consumer on a flush (it would wait
-        for the partition's next one, or its whole max wait)."""
-        if self.read_positions(logs, follower) != list(seen):
+        """Sleep until the high watermark of one of the partitions read may have moved or the
+        timeout passes. `seen` is where they stood when the fetch read them (`read_positions`):
+        a move past that made before this call woke nobody, so it ends the wait at once. A
+        follower wakes on any append (acks=all producers wait on its copy), a consumer on a
+        flush or, in a cluster, a follower's report (it would wait for the partition's next
+        one, or its whole max wait)."""
+        if self.read_positions(reads, follower) != list(seen):
             return
+        logs = [partition_log for _, _, partition_log in reads]
         waiter: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
         waiting = self._append_waiters if follower else self._fetch_waiters
         for partition in logs:
