@@ -427,17 +427,22 @@ class Broker:
         self, targets: list[tuple[str, int, PartitionLog, int]], timeout_s: float
     ) -> dict[tuple[str, int], bool]:
         """For each (topic, partition, log, end): whether the high watermark reached `end` while
-        this broker still led the partition, within the timeout."""
+        this broker still led the partition, in that log, within the timeout."""
         deadline = time.monotonic() + timeout_s
         while True:
+            # A topic deleted and created again meanwhile has a new log: the batch went with the old.
+            held = {
+                (topic, partition)
+                for topic, partition, partition_log, _ in targets
+                if (topic, partition) in self._leading and self.logs.get(topic, partition) is partition_log
+            }
             done = {
                 (topic, partition): self.high_watermark(topic, partition, partition_log) >= end
                 for topic, partition, partition_log, end in targets
             }
-            lost = any((topic, partition) not in self._leading for topic, partition, _, _ in targets)
             remaining = deadline - time.monotonic()
-            if all(done.values()) or lost or remaining <= 0:
-                return {key: reached and key in self._leading for key, reached in done.items()}
+            if all(done.values()) or len(held) < len(done) or remaining <= 0:
+                return {key: reached and key in held for key, reached in done.items()}
             short = [
                 partition_log for topic, partition, partition_log, _ in targets if not done[topic, partition]
             ]
