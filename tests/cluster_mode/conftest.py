@@ -80,24 +80,31 @@ def create_topic_with_assignments(
 ) -> None:
     """Partition i on `assignments[i]`, the first its preferred leader."""
     with WireClient(cluster.brokers[BROKER_IDS[-1]].bootstrap_servers) as client:
-        created = client.request(
-            19,
-            7,
-            topics=[
-                {
-                    "name": name,
-                    "num_partitions": -1,
-                    "replication_factor": -1,
-                    "assignments": [
-                        {"partition_index": index, "broker_ids": replicas}
-                        for index, replicas in enumerate(assignments)
-                    ],
-                    "configs": [{"name": key, "value": value} for key, value in (configs or {}).items()],
-                }
-            ],
-            timeout=20_000,
-            validate_only=False,
-        )
+        create_topic_at(client, name, assignments, configs)
+
+
+def create_topic_at(
+    client: WireClient, name: str, assignments: list[list[int]], configs: dict[str, str] | None = None
+) -> None:
+    """`create_topic_with_assignments` through a connection of the caller's."""
+    created = client.request(
+        19,
+        7,
+        topics=[
+            {
+                "name": name,
+                "num_partitions": -1,
+                "replication_factor": -1,
+                "assignments": [
+                    {"partition_index": index, "broker_ids": replicas}
+                    for index, replicas in enumerate(assignments)
+                ],
+                "configs": [{"name": key, "value": value} for key, value in (configs or {}).items()],
+            }
+        ],
+        timeout=20_000,
+        validate_only=False,
+    )
     assert created.topics[0].error_code == 0, created.topics[0].error_message
 
 

@@ -13,30 +13,12 @@ from onceflow import EmbeddedBroker
 from onceflow.apis import fetch
 from onceflow.broker.core import Broker
 from onceflow.cluster.zookeeper_server import ZooKeeperServer
+from tests.cluster_mode.conftest import create_topic_at
 from tests.conftest import wait_until
 from tests.wire import WireClient, make_batch, produce
 
 TOPIC = "gap"
 LEADER, FOLLOWER = 1, 2
-
-
-def _create_on_both(client: WireClient) -> None:
-    created = client.request(
-        19,
-        7,
-        topics=[
-            {
-                "name": TOPIC,
-                "num_partitions": -1,
-                "replication_factor": -1,
-                "assignments": [{"partition_index": 0, "broker_ids": [LEADER, FOLLOWER]}],
-                "configs": [],
-            }
-        ],
-        timeout=20_000,
-        validate_only=False,
-    )
-    assert created.topics[0].error_code == 0, created.topics[0].error_message
 
 
 def _metadata(client: WireClient, *topics: str) -> Any:
@@ -99,7 +81,7 @@ def test_a_follower_report_between_the_read_and_the_wait_ends_the_wait_at_once(
             WireClient(leader.bootstrap_servers, timeout_s=30) as client,
         ):
             wait_until(lambda: len(_metadata(client).brokers) == 2, timeout_s=60)
-            _create_on_both(client)
+            create_topic_at(client, TOPIC, [[LEADER, FOLLOWER]])
             wait_until(lambda: _in_sync(client), timeout_s=60)
             holding[0] = True
             assert produce(client, TOPIC, 0, make_batch([b"late"]), acks=1).error_code == 0
