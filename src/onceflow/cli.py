@@ -76,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         return exit_code
     if args.command in ADMIN_COMMANDS:
         return run_admin_command(args)
+    if args.command in ("demo", "lab", "fuzz"):
+        from onceflow.process_tree import stop_tree_on_interrupt
+
+        stop_tree_on_interrupt()  # they start brokers, clients and pipelines
     try:
         if args.command == "broker":
             return _run_broker(args)
