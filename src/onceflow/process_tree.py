@@ -54,6 +54,8 @@ def stop_tree_on_interrupt() -> None:
 
     This process also becomes a subreaper: a process whose parent dies (a pipeline's JVM once
     its driver is gone) is adopted here, not by init, so it stays below this one to be found."""
+    if signal.getsignal(signal.SIGTERM) is _park_the_main_thread:
+        return  # installed already (`main` run twice in one process)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     read_end, write_end = os.pipe()
