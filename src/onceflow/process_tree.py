@@ -13,7 +13,6 @@ import ctypes
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ GRACE_S = 5.0  # for brokers to close their logs before the SIGKILL
 SWEEP_INTERVAL_S = 0.05
 QUIET_SWEEPS = 4  # sweeps in a row that find nothing alive before the command exits
 MAX_SWEEP_S = 10.0
+SAY_TIMEOUT_S = 2.0
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
@@ -81,11 +81,21 @@ def _stop_tree_when_signalled(read_end: int) -> None:
         _hold_new_processes()
         stopped = _stop_descendants()
         name = signal.Signals(signum).name
-        print(f"onceflow: interrupted by {name}; stopped {stopped} processes it started", file=sys.stderr)
-        sys.stderr.flush()
+        # A full pipe or a paused terminal must not keep the command from exiting.
+        threading.Timer(SAY_TIMEOUT_S, os._exit, (128 + signum,)).start()
+        _say(f"onceflow: interrupted by {name}; stopped {stopped} processes it started\n")
     finally:
         # Not SystemExit: the other threads would go on waiting on what was just stopped.
         os._exit(128 + signum)
+
+
+def _say(line: str) -> None:
+    """Straight to fd 2: `sys.stderr` may be locked by the parked main thread or replaced by a
+    progress display (rich's, whose hidden cursor is shown again first)."""
+    with contextlib.suppress(OSError):
+        if os.isatty(1):
+            os.write(1, b"\x1b[?25h")
+        os.write(2, line.encode())
 
 
 def _hold_new_processes() -> None:
@@ -104,23 +114,23 @@ def _stop_descendants() -> int:
     """SIGTERM every descendant, SIGKILL what is left after the grace, then sweep until none is
     alive (a process may have been starting as the hold came). Returns how many were stopped."""
     me = os.getpid()
+    # Only descendants are signalled, each time found anew: a pid that died and was reused
+    # belongs to someone else. The subreaper keeps the orphans among them.
     tree = _alive(descendants(me))
     _signal_each(tree, signal.SIGTERM)
     _signal_each(tree, signal.SIGCONT)  # a paused process (the lab's zombies) acts on it only then
     deadline = time.monotonic() + GRACE_S
-    while _alive(tree) and time.monotonic() < deadline:
+    while _alive(descendants(me)) and time.monotonic() < deadline:
         time.sleep(SWEEP_INTERVAL_S)
     stopped = set(tree)
-    left = _alive(tree) | _alive(descendants(me))
     quiet = 0
     give_up = time.monotonic() + MAX_SWEEP_S
     while quiet < QUIET_SWEEPS and time.monotonic() < give_up:
+        left = _alive(descendants(me))
         _signal_each(left, signal.SIGKILL)
         stopped |= left
         quiet = 0 if left else quiet + 1
         time.sleep(SWEEP_INTERVAL_S)
-        # Only descendants from here: a pid that died and was reused belongs to someone else.
-        left = _alive(descendants(me))
     return len(stopped)
 
 
@@ -130,7 +140,7 @@ def _alive(pids: set[int]) -> set[int]:
 
 def _signal_each(pids: set[int], signum: int) -> None:
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(OSError):  # gone, or (a reused pid) not ours
             os.kill(pid, signum)
 
 

@@ -37,7 +37,7 @@ threading.Event().wait()
 def test_a_signal_stops_the_tree_although_the_main_thread_waits_and_another_restarts(
     tmp_path: Path, signum: int
 ) -> None:
-    marker = f"onceflow-test-{tmp_path.name}"
+    marker = str(tmp_path)  # unique to this run, even beside other pytest sessions
     children = f"{marker}-child"  # not in the command's own command line
     command = subprocess.Popen(
         [sys.executable, "-c", COMMAND, marker],
