@@ -62,7 +62,10 @@ def stop_tree_on_interrupt() -> None:
     os.set_blocking(write_end, False)
     signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _park_the_main_thread)
+        # A script's background job starts with SIGINT ignored, and a Ctrl-C meant for the
+        # script's foreground must not stop it: Python's own handler is not installed then either.
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _park_the_main_thread)
     watcher = threading.Thread(target=_stop_tree_when_signalled, args=(read_end,), daemon=True)
     watcher.start()
 
