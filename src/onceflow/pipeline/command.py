@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 from urllib.parse import urlparse
@@ -64,9 +65,14 @@ def add_pipeline_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_pipeline_command(args: argparse.Namespace) -> int:
-    """Errors a user can fix (a bad database target, an unreachable broker) are one line on stderr."""
+    """Errors a user can fix (a bad database target, an unreachable broker) are one line on
+    stderr; so is a Ctrl-C, which PySpark turns into a KeyboardInterrupt (after cancelling the
+    running jobs), often several as the session's shutdown meets a JVM the Ctrl-C also ended."""
     try:
         return _run(args)
+    except KeyboardInterrupt:
+        print("onceflow pipeline: interrupted; run it again to resume from its checkpoint", file=sys.stderr)
+        return 128 + signal.SIGINT
     except AdminError as error:
         print(f"onceflow pipeline: {error}", file=sys.stderr)
         return error.exit_code
