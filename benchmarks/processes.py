@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -217,15 +217,19 @@ class OnceflowCluster:
         except LaunchError as error:
             raise BenchmarkError(str(error)) from None
 
-    def create_topic(self, topic: str, partitions: int) -> None:
-        """Create the topic with a replica on every broker and wait until each partition's ISR
-        is full: a client that finds an auto-created topic in the metadata may still reach a
-        leader that has not taken up its leadership (NOT_LEADER_FOR_PARTITION)."""
+    def create_topic(self, topic: str, partitions: int, replication_factor: int | None = None) -> None:
+        """Create the topic, by default with a replica on every broker, and wait until each
+        partition's ISR is full: a client that finds an auto-created topic in the metadata may
+        still reach a leader that has not taken up its leadership (NOT_LEADER_FOR_PARTITION)."""
+        replicas = replication_factor or self.size
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for future in admin.create_topics([NewTopic(topic, partitions, self.size)]).values():
+        for future in admin.create_topics([NewTopic(topic, partitions, replicas)]).values():
             future.result(timeout=30)
         for partition in range(partitions):
-            self.wait_in_sync(topic, partition)
+            if replicas == self.size:
+                self.wait_in_sync(topic, partition)
+            else:
+                self._wait_until(topic, partition, _all_in_sync)
 
     def partition(self, topic: str, partition: int) -> PartitionMetadata:
         """The partition's leader, replicas and ISR, as a live broker describes them."""
@@ -238,15 +242,29 @@ class OnceflowCluster:
 
     def wait_in_sync(self, topic: str, partition: int, timeout_s: float = 60.0) -> PartitionMetadata:
         """Wait until every broker is a live replica of the partition, in its ISR, and a live one leads."""
+        every_broker = set(range(1, self.size + 1))
+        return self._wait_until(
+            topic,
+            partition,
+            lambda described, live: (
+                live == every_broker == set(described.replicas) and _all_in_sync(described, live)
+            ),
+            timeout_s,
+        )
+
+    def _wait_until(
+        self,
+        topic: str,
+        partition: int,
+        ready: Callable[[PartitionMetadata, set[int]], bool],
+        timeout_s: float = 60.0,
+    ) -> PartitionMetadata:
+        """Wait until `ready(the partition's metadata, the live broker ids)`."""
         deadline = time.monotonic() + timeout_s
         live = {broker_id for broker_id, broker in self.brokers.items() if broker.running}
         while True:
             described = self.partition(topic, partition)
-            if (
-                described.leader in live
-                and set(described.replicas) == live == set(range(1, self.size + 1))
-                and set(described.isrs) == live
-            ):
+            if ready(described, live):
                 return described
             if time.monotonic() > deadline:
                 raise BenchmarkError(
@@ -270,6 +288,11 @@ class OnceflowCluster:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _all_in_sync(described: PartitionMetadata, live: set[int]) -> bool:
+    """A live broker leads the partition and every replica is live and in its ISR."""
+    return described.leader in live and set(described.isrs) == set(described.replicas) <= live
 
 
 def stage_times(metrics_url: str) -> dict[str, dict[str, float]]:

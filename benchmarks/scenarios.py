@@ -50,6 +50,7 @@ COMMIT_INTERVAL_MS = 100
 ABORT_EVERY = 10  # in the log read by both isolation levels, so read_committed has aborts to skip
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 SPARK_RECORD_SIZE = 100
+UNREPLICATED_LATENCY_TOPIC = "replication-latency-rf1"
 CLUSTER_SIZE = 3  # `onceflow cluster run`'s default replication factor is min(3, brokers)
 FAILOVER_PARTITION = 0
 FAILOVER_INTERVAL_MS = 5  # the steady producer's pace during a failover: 200 records/s
@@ -922,6 +923,7 @@ def replication(run: Run) -> Outcome:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         side: {"produce": [], "latency": []} for side in ("single", "cluster")
     }
+    unreplicated_latency: list[dict[str, Any]] = []
     with (
         onceflow_broker(run.new_dir("replication-single-data"), settings, run.work_dir) as single,
         OnceflowCluster(
@@ -935,6 +937,9 @@ def replication(run: Run) -> Outcome:
         cluster.start()
         for topic in ("replication-produce", "replication-latency", "replication-failover"):
             cluster.create_topic(topic, THROUGHPUT_PARTITIONS)
+        # The same load on the same brokers without followers: what sharing the cores with three
+        # brokers costs a record before replication adds anything.
+        cluster.create_topic(UNREPLICATED_LATENCY_TOPIC, THROUGHPUT_PARTITIONS, replication_factor=1)
         sides: list[tuple[str, Reachable, list[BrokerProcess]]] = [
             ("single", single, [single]),
             ("cluster", cluster, list(cluster.brokers.values())),
@@ -949,6 +954,8 @@ def replication(run: Run) -> Outcome:
             for side, target, _ in sides:
                 os.sync()
                 runs[side]["latency"].append(_steady_latency(run, target, "replication-latency"))
+            os.sync()
+            unreplicated_latency.append(_steady_latency(run, cluster, UNREPLICATED_LATENCY_TOPIC))
         single.stop()
         figures["failovers"] = [
             _failover(run, cluster, "replication-failover") for _ in range(run.sizes.rounds)
@@ -960,6 +967,11 @@ def replication(run: Run) -> Outcome:
             "median_p50_ms": statistics.median(timed["p50_ms"] for timed in side_runs["latency"]),
             "median_p99_ms": statistics.median(timed["p99_ms"] for timed in side_runs["latency"]),
         }
+    figures["cluster_rf1"] = {
+        "latency": unreplicated_latency,
+        "median_p50_ms": statistics.median(timed["p50_ms"] for timed in unreplicated_latency),
+        "median_p99_ms": statistics.median(timed["p99_ms"] for timed in unreplicated_latency),
+    }
     failover_s = statistics.median(kill["failover_s"] for kill in figures["failovers"])
     figures["failover_median_s"] = failover_s
     figures["session_timeout_ms"] = SESSION_TIMEOUT_MS
@@ -997,6 +1009,13 @@ def replication(run: Run) -> Outcome:
             single_figures["median_p99_ms"],
             "one broker",
             REPLICATED_VS_SINGLE_LATENCY,
+        ),
+        Row(
+            f"latency p99 at 10 MB/s, RF 1 on the same {CLUSTER_SIZE} brokers ({medians})",
+            "ms",
+            figures["cluster_rf1"]["median_p99_ms"],
+            single_figures["median_p99_ms"],
+            "one broker",
         ),
     ]
     return outcome
