@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import resource
 import signal
 import sys
@@ -145,7 +146,13 @@ def _run_broker(args: argparse.Namespace) -> int:
         if server.metrics_address is not None:
             metrics_host, metrics_port = server.metrics_address
             print(f"onceflow broker metrics on http://{metrics_host}:{metrics_port}/metrics", flush=True)
-        await stop.wait()
+        stopped, halted = asyncio.create_task(stop.wait()), asyncio.create_task(broker.halted.wait())
+        await asyncio.wait([stopped, halted], return_when=asyncio.FIRST_COMPLETED)
+        if broker.halted.is_set():
+            # Kafka's Exit.halt: no shutdown, whose flush could succeed after the failed one.
+            print(f"onceflow broker: halted: {broker.storage_failure}", file=sys.stderr, flush=True)
+            os._exit(1)
+        halted.cancel()
         await server.stop()
 
     asyncio.run(serve())

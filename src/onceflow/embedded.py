@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import tempfile
 import threading
@@ -42,6 +43,7 @@ class EmbeddedBroker:
         self._thread: threading.Thread | None = None
         self._server: BrokerServer | None = None
         self._stopped: asyncio.Event | None = None
+        self._storage_failure: str | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -66,6 +68,7 @@ class EmbeddedBroker:
         which stop() has nothing to stop."""
         if self._thread is not None:
             raise RuntimeError("this EmbeddedBroker is already running: stop() it first")
+        self._storage_failure = None
         started: Future[None] = Future()
         thread = threading.Thread(target=self._run, args=(started,), name="onceflow-broker", daemon=True)
         thread.start()
@@ -78,11 +81,20 @@ class EmbeddedBroker:
         self._thread = thread
         return self
 
+    @property
+    def storage_failure(self) -> str | None:
+        """Why the broker halted (a failed fsync), if it did: it then serves no more. Kept
+        after stop(), until the next start()."""
+        return self._storage_failure if self._server is None else self._server.broker.storage_failure
+
     def stop(self) -> None:
         if self._loop is None or self._stopped is None or self._thread is None:
             return
-        self._loop.call_soon_threadsafe(self._stopped.set)
+        with contextlib.suppress(RuntimeError):  # the loop has ended: the broker halted
+            self._loop.call_soon_threadsafe(self._stopped.set)
         self._thread.join(timeout=60)
+        assert self._server is not None
+        self._storage_failure = self._server.broker.storage_failure
         self._forget()
         if self._owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
@@ -105,7 +117,11 @@ class EmbeddedBroker:
             started.set_exception(error)
             return
         started.set_result(None)
-        await self._stopped.wait()
+        stopped, halted = asyncio.create_task(self._stopped.wait()), asyncio.create_task(broker.halted.wait())
+        # A halted broker (a failed fsync) stops serving at once; its stop skips the flush.
+        await asyncio.wait([stopped, halted], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        halted.cancel()
         await self._server.stop()
 
     def __enter__(self) -> EmbeddedBroker:

@@ -5,7 +5,8 @@ itself the first time it reaches one of those points, so a test can stop the bro
 exact step of a protocol and check what a restart makes of it. Unset, a point costs a set
 lookup. Two points plant bugs, so that the fuzzer's detectors can be shown to fire:
 `protocol.no-bounds-check` hands frames to kio's native reader unchecked, and `api.raise.K`
-makes the handler of API key K raise.
+makes the handler of API key K raise. One injects an error: `flush.eio-once` makes the
+process's first partition flush fail with EIO, as a disk would.
 
 A point reached through `hold` instead stops there until the process is killed from outside: the
 first process to reach it (of all that have it armed) writes its pid to the file named after the
@@ -24,6 +25,7 @@ from pathlib import Path
 from onceflow.sessions import kill_session
 
 _ARMED = frozenset(filter(None, os.environ.get("ONCEFLOW_FAILPOINTS", "").split(",")))
+_reached: set[str] = set()
 
 
 def armed(name: str) -> bool:
@@ -33,6 +35,14 @@ def armed(name: str) -> bool:
 def armed_with_prefix(prefix: str) -> list[str]:
     """The rest of each armed name that starts with `prefix`: `api.raise.` gives ["32"] for api.raise.32."""
     return [name[len(prefix) :] for name in _ARMED if name.startswith(prefix)]
+
+
+def first_time(name: str) -> bool:
+    """Whether `name` is armed and reached for the first time in this process."""
+    if name not in _ARMED or name in _reached:
+        return False
+    _reached.add(name)
+    return True
 
 
 def reach(name: str, whole_session: bool = False) -> None:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -136,7 +137,12 @@ class Broker:
         self._fsync_threads = ThreadPoolExecutor(
             max_workers=FSYNC_THREADS, thread_name_prefix="onceflow-fsync"
         )
-        self._flushes = PartitionFlushes(self._fsync_threads, self.metrics.flushed, self._flush_ended)
+        self._flushes = PartitionFlushes(
+            self._fsync_threads, self.metrics.flushed, self._flush_ended, self._flush_failed
+        )
+        # Set at the first failed fsync: the broker halts (its host stops it without a flush).
+        self.storage_failure: str | None = None
+        self.halted = asyncio.Event()
         # Cleaning reads and writes whole segments: one thread of its own, as Kafka's cleaner.
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-cleaner")
         self._tasks: list[asyncio.Task[None]] = []
@@ -201,7 +207,9 @@ class Broker:
             for waiter in waiters:
                 waiter.cancel()
         await self._flushes.stop()
-        await asyncio.get_running_loop().run_in_executor(self._fsync_threads, self.logs.close)
+        # After a failed fsync, another one may succeed without the data: no flush, no checkpoint.
+        close = partial(self.logs.close, flush=self.storage_failure is None)
+        await asyncio.get_running_loop().run_in_executor(self._fsync_threads, close)
         self._fsync_threads.shutdown(wait=True)
         self._cleaner_thread.shutdown(wait=True)
 
@@ -622,6 +630,16 @@ class Broker:
                 # Mostly asked for already (a wait registered during the flush asks for the
                 # next); not when a truncation kept this flush from counting.
                 self._flushes.request()
+
+    def _flush_failed(self, partition: DurableLog, error: Exception) -> None:
+        """Halt, as Kafka does when its only log directory fails: nothing appended since the
+        last good fsync is acknowledged, and a restart recovers from what is on disk."""
+        where = getattr(partition, "directory", "a coordinator's log")
+        self.storage_failure = f"fsync of {where} failed: {error}"
+        log.critical(
+            "%s; halting: acknowledging anything now could acknowledge data not on disk", self.storage_failure
+        )
+        self.halted.set()
 
     def _wake_fetches(self, logs: Collection[DurableLog]) -> None:
         """The high watermarks of `logs` may have moved: wake the fetches and the acks=all

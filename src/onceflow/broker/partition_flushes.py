@@ -9,23 +9,30 @@ A partition's flush is usually one fdatasync of its active segment (`begin_data_
 goes to the kernel from the event loop (`KernelFdatasyncs`); a flush that needs more (a new
 segment's directory entry, a rolled segment's indexes, the transaction index) runs on a thread,
 as every flush does where Linux AIO is missing.
+
+A failed flush is not tried again. After a failed fsync Linux may mark the pages it could not
+write clean and report the error once, so a second fsync can succeed with the data lost: a retry
+would acknowledge writes that are not on disk (PostgreSQL's "fsyncgate"). The flushes stop there
+and `flush_failed` tells the broker, which halts as Kafka does when its only log directory fails.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections.abc import Callable, Collection
 from concurrent.futures import Executor
 
+from onceflow import failpoints
 from onceflow.broker.kernel_fdatasyncs import KernelFdatasyncs
 from onceflow.broker.metrics import FLUSH_BY_KERNEL, FLUSH_ON_THREAD
 from onceflow.coordinator.runtime import DurableLog
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER_FAILURE_S = 0.1
+FLUSH_FAILS_ONCE = "flush.eio-once"
 
 
 class PartitionFlushes:
@@ -34,20 +41,23 @@ class PartitionFlushes:
         threads: Executor,
         flush_timed: Callable[[float, str], None],
         flush_ended: Callable[[Collection[DurableLog], float], None],
+        flush_failed: Callable[[DurableLog, Exception], None],
     ) -> None:
         """`flush_timed(seconds, how)` after each partition's flush (`how`: one of
         `metrics.FLUSH_HOWS`); `flush_ended(partitions, perf_counter)` once the flushed offsets
-        of `partitions` have moved (or their flush failed)."""
+        of `partitions` have moved; `flush_failed(partition, error)` once, at the first failed
+        flush, after which no flush starts."""
         self.dirty: set[DurableLog] = set()  # appended to since their last flush began
         self._threads = threads
         self._flush_timed = flush_timed
         self._flush_ended = flush_ended
+        self._flush_failed = flush_failed
         self._flushing: dict[DurableLog, asyncio.Task[None]] = {}
         self._asked_again: set[DurableLog] = set()  # dirty and asked for while their flush ran
-        self._resting: set[DurableLog] = set()  # failed; tried again after RETRY_AFTER_FAILURE_S
         self._kernel: KernelFdatasyncs | None = None
         self._start_scheduled = False
         self._stopping = False
+        self._failed = False
 
     def start(self) -> None:
         """On the event loop, which runs the flushes from now on."""
@@ -77,7 +87,7 @@ class PartitionFlushes:
         for partition in self.dirty:
             if partition in self._flushing:
                 self._asked_again.add(partition)
-            elif partition not in self._resting:
+            else:
                 ready.append(partition)
         for partition in ready:
             self.dirty.discard(partition)
@@ -90,24 +100,24 @@ class PartitionFlushes:
         except BaseException as error:  # cancelled too (at shutdown): the books stay right
             failure = error
         del self._flushing[partition]
-        if partition in self._asked_again:
+        if isinstance(failure, Exception):
+            if not self._failed:  # the first failure; others under way may follow it
+                self._failed = self._stopping = True
+                self._flush_failed(partition, failure)
+            return
+        if partition in self._asked_again or failure is not None:
+            # A flush cancelled on its way leaves its partition to be flushed again.
             self._asked_again.discard(partition)
-            self.request()
-        if failure is not None:
-            log.error("fsync failed; acks=all producers will time out and retry", exc_info=failure)
             self.dirty.add(partition)
-            self._resting.add(partition)
-            asyncio.get_running_loop().call_later(RETRY_AFTER_FAILURE_S, self._retry, partition)
+            self.request()
         self._flush_ended((partition,), time.perf_counter())
-        if failure is not None and not isinstance(failure, Exception):
+        if failure is not None:
             raise failure
-
-    def _retry(self, partition: DurableLog) -> None:
-        self._resting.discard(partition)
-        self.request()
 
     async def _flush(self, partition: DurableLog) -> None:
         started = time.perf_counter()
+        if failpoints.first_time(FLUSH_FAILS_ONCE):
+            raise OSError(errno.EIO, f"fdatasync: Input/output error (failpoint {FLUSH_FAILS_ONCE})")
         kernel = self._kernel
         data_flush = partition.begin_data_flush() if kernel is not None else None
         if kernel is None or data_flush is None:

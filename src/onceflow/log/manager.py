@@ -280,13 +280,16 @@ class LogManager:
         for log in list(self._logs.values()):
             log.apply_retention(now_ms)
 
-    def close(self) -> None:
+    def close(self, flush: bool = True) -> None:
+        """Close every log; with `flush` (a clean shutdown) fsync them first and record their
+        flushed offsets, without it leave what is on disk as it is."""
         if self._closed:
             return
         self._closed = True
         for log in self._logs.values():
-            log.close()
-        self.write_recovery_checkpoint()
+            log.close(flush)
+        if flush:
+            self.write_recovery_checkpoint()
         os.close(self._lock_fd)
 
     def write_recovery_checkpoint(self) -> None:
