@@ -145,3 +145,25 @@ def test_a_truncation_during_a_thread_flush_leaves_what_is_written_again_unsynce
     assert log.flush() == 2
     assert log.begin_data_flush() is not None
     log.close()
+
+
+def test_a_truncation_while_a_thread_flush_runs_voids_what_that_flush_would_record(tmp_path: Path) -> None:
+    # A follower's truncation and the appends after it run on the event loop while a flush
+    # thread is between reading the segment's size and its fdatasync (here: during the
+    # transaction index's fsync, which comes first). The bytes appended then may be written
+    # after the fdatasync began, so that sync must not count them.
+    log = _flushed_log(tmp_path)  # offsets 0-1, synced
+    append(log, make_batch(3))  # 2-4
+    segment = log.segments[-1]
+    sync_transaction_index = segment.txn_index.sync
+
+    def truncate_and_append_meanwhile() -> None:
+        sync_transaction_index()
+        log.truncate_to(2, 0)
+        append(log, make_batch(3))  # 2-4 again, as long as before
+
+    segment.txn_index.sync = truncate_and_append_meanwhile  # type: ignore[method-assign]
+    log.flush()
+    assert segment.needs_sync(with_indexes=False), "bytes appended during the flush counted as synced"
+    assert log.flushed_offset == 2
+    log.close()

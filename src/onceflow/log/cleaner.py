@@ -224,7 +224,7 @@ def _write_segments(plan: CleaningPlan, latest: dict[bytes, int], result: Cleani
         for entry in segment.txn_index.entries:
             if entry.last_offset in kept_markers:
                 cleaned.txn_index.append(entry)
-        cleaned.sync(cleaned.size, with_indexes=True)
+        cleaned.sync(with_indexes=True)
         result.segments += 1
     fsync_directory(log.directory)
     result.next_delete_horizon_ms = min(horizons, default=None)

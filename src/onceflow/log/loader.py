@@ -117,7 +117,7 @@ def _recover(segments: list[LogSegment], recovery_point: int, index_interval_byt
         else:
             # What survived may only be in the page cache (after a process kill): make it
             # durable so that the whole recovered log counts as flushed.
-            segment.sync(segment.size, with_indexes=False)
+            segment.sync(with_indexes=False)
         if truncated:
             return _drop_segments(segments, i + 1)
     return segments

@@ -478,7 +478,7 @@ class PartitionLog:
             for segment in segments:
                 is_active = segment is segments[-1]
                 if segment.needs_sync(with_indexes=not is_active):
-                    segment.sync(segment.size, with_indexes=not is_active)
+                    segment.sync(with_indexes=not is_active)
             if segments_created > self._segments_created_synced:
                 fsync_directory(self.directory)
             with self._lock:
@@ -586,7 +586,7 @@ class PartitionLog:
         if flush:
             for segment in self._segments:
                 if segment.needs_sync(with_indexes=True):
-                    segment.sync(segment.size, with_indexes=True)
+                    segment.sync(with_indexes=True)
             fsync_directory(self.directory)
             self.flushed_offset = self.log_end_offset
             self.producer_state.take_snapshot(self.directory, self.log_end_offset)

@@ -339,12 +339,14 @@ class LogSegment:
 
     # -- durability and lifetime --------------------------------------------------------------
 
-    def sync(self, size: int, with_indexes: bool) -> None:
-        """fsync the log, known to hold at least `size` bytes. Indexes are only synced once
-        final (segment rolled, or log closing): they can be rebuilt from the log anyway. The
-        transaction index cannot, so it goes first."""
-        self.txn_index.sync()
+    def sync(self, with_indexes: bool) -> None:
+        """fsync the log. Indexes are only synced once final (segment rolled, or log closing):
+        they can be rebuilt from the log anyway. The transaction index cannot, so it goes first."""
+        # The count before the size (a truncation cuts the size, then counts): appends made
+        # after a truncation counted later may be missing from this sync, so it then records none.
         truncations = self.truncations
+        size = self.size
+        self.txn_index.sync()
         os.fdatasync(self._fd)  # data and size; the other metadata need not be durable
         self.record_synced(size, truncations)
         if with_indexes and not self.indexes_synced:
