@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from onceflow import EmbeddedBroker
 from onceflow.apis import fetch
@@ -65,3 +66,25 @@ def test_a_flush_between_the_read_and_the_wait_ends_the_wait_at_once(
     assert flushed_behind == [1]
     assert answer.responses[0].partitions[0].records
     assert waited < 5, f"the fetch waited {waited:.1f} s for a flush that had already ended"
+
+
+@pytest.mark.parametrize(
+    ("partitions", "offset", "error"),
+    [
+        ({"t": [0]}, 1000, ErrorCode.offset_out_of_range),
+        ({"t": [5]}, 0, ErrorCode.unknown_topic_or_partition),
+        ({"never-created": [0]}, 0, ErrorCode.unknown_topic_or_partition),
+    ],
+)
+def test_a_partition_error_is_answered_at_once_not_after_the_long_poll(
+    partitions: dict[str, list[int]], offset: int, error: ErrorCode
+) -> None:
+    # As Kafka's: a consumer whose offset is out of range resets at once, not after its max wait.
+    with EmbeddedBroker() as broker, WireClient(broker.bootstrap_servers, timeout_s=30) as client:
+        client.create_topic("t", 1)
+        assert produce(client, "t", 0, make_batch([b"x"]), acks=-1).error_code == 0
+        started = time.monotonic()
+        answer = client.fetch(partitions, max_wait=20_000, min_bytes=1, fetch_offset=offset)
+        waited = time.monotonic() - started
+    assert answer.responses[0].partitions[0].error_code == error
+    assert waited < 5, f"answered after {waited:.1f} s of a 20 s long poll"

@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.replication import FollowedPartition, LeaderFetcher
 from onceflow.embedded import EmbeddedBroker
+from onceflow.log.batch import validate_batches
 from onceflow.log.log import PartitionLog
 from tests.log.helpers import open_log
 from tests.wire import WireClient, make_batch, produce
@@ -88,6 +89,7 @@ def _fetcher(
         ("127.0.0.1", broker.port),
         partitions,
         lambda _topic, partition, _log, high_watermark: told.append((partition, high_watermark)),
+        lambda: None,
     )
 
 
@@ -107,3 +109,27 @@ def _follow_until_copied(fetcher: LeaderFetcher, copies: list[FollowedPartition]
 
 def _stored(partition_log: PartitionLog) -> bytes:
     return bytes(partition_log.read_batches(0, 1 << 20).records)
+
+
+def test_a_cut_is_reported_before_anything_is_appended_after_it(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    # The broker writes its recovery checkpoint when told: before the appends that follow a cut,
+    # which a crash would otherwise trust unchecked, as below a recovery point they never reached.
+    _fill(broker)  # END records on the leader
+    copy = _copy(tmp_path, 0)
+    longer = make_batch([f"diverged-{index}".encode() for index in range(END + 2)])
+    copy.log.append(longer, validate_batches(longer), 0, leader_epoch=0)  # past the leader's end
+    told_cut: list[tuple[int, int]] = []
+    fetcher = LeaderFetcher(
+        9,
+        ("127.0.0.1", broker.port),
+        [copy],
+        lambda *_: None,
+        lambda: told_cut.append((copy.log.log_end_offset, copy.log.flushed_offset)),
+    )
+    try:
+        _follow_until_copied(fetcher, [copy])
+    finally:
+        copy.log.close()
+    assert told_cut == [(0, 0)]  # cut to the start of the divergent batch, told before the copy

@@ -92,9 +92,15 @@ def test_a_fetch_continues_a_session_only_at_its_epoch_and_from_its_follower() -
 
 
 def fetch(
-    client: WireClient, session_id: int, epoch: int, partitions: dict[int, int], replica_id: int
+    client: WireClient,
+    session_id: int,
+    epoch: int,
+    partitions: dict[int, int],
+    replica_id: int,
+    leader_epoch: int = -1,
 ) -> Any:
-    """A Fetch v12 of topic `sessions`, answered at once."""
+    """A Fetch v12 of topic `sessions`, answered at once; `leader_epoch` is the leader epoch the
+    fetcher knows (-1: none)."""
     return client.request(
         1,
         12,
@@ -111,7 +117,7 @@ def fetch(
                 "partitions": [
                     {
                         "partition": partition,
-                        "current_leader_epoch": -1,
+                        "current_leader_epoch": leader_epoch,
                         "fetch_offset": offset,
                         "last_fetched_epoch": -1,
                         "log_start_offset": -1,
@@ -181,6 +187,35 @@ def test_a_leader_answers_a_followers_session_with_what_changed(cluster: Cluster
             assert declined.session_id == 0 and listed(declined).keys() == {0, 1, 2}
 
 
+@pytest.mark.zookeeper
+def test_a_fetch_with_another_leader_epoch_is_fenced_and_copies_nothing(cluster: Cluster) -> None:
+    # KIP-320: a follower (or consumer) with a stale view of the leadership must neither copy
+    # from this leader nor have its fetch offset taken as its log end; in a session too.
+    create_topic_with_assignments(cluster, "sessions", [[1, 2]])
+    cluster.wait_for_leader("sessions", 0)
+    with WireClient(cluster.brokers[1].bootstrap_servers) as client:
+        assert produce(client, "sessions", 0, make_batch([b"a"]), acks=-1).error_code == 0
+    cluster.brokers[1].kill()  # broker 2 leads, in a later epoch: an older one exists to fence
+    leader_epoch = cluster.wait_for_leader("sessions", 0, not_on=1).leader_epoch
+    assert leader_epoch >= 1
+    with WireClient(cluster.brokers[2].bootstrap_servers) as client:
+        answers = {
+            epoch: fetch(client, 0, 0, {0: 0}, 3, leader_epoch=epoch).responses[0].partitions[0]
+            for epoch in (leader_epoch - 1, leader_epoch, leader_epoch + 1)
+        }
+        assert answers[leader_epoch - 1].error_code == ErrorCode.fenced_leader_epoch
+        assert answers[leader_epoch - 1].current_leader.leader_epoch == leader_epoch
+        assert answers[leader_epoch + 1].error_code == ErrorCode.unknown_leader_epoch
+        assert not answers[leader_epoch - 1].records and not answers[leader_epoch + 1].records
+        assert answers[leader_epoch].error_code == ErrorCode.none and answers[leader_epoch].records
+        # A session keeps the epoch its partitions were last named with: a fetch that names
+        # none is checked against it.
+        opened = fetch(client, 0, 0, {0: 0}, 3, leader_epoch=leader_epoch - 1)
+        assert opened.session_id != 0
+        again = fetch(client, opened.session_id, 1, {}, 3).responses[0].partitions[0]
+        assert again.error_code == ErrorCode.fenced_leader_epoch
+
+
 class RecordingLink:
     """Stands in for the connection to the leader: records each Fetch, answers with no errors
     and the given session id."""
@@ -204,7 +239,7 @@ def test_a_follower_names_only_the_partitions_whose_offset_moved(tmp_path: Path,
     followed = [
         FollowedPartition("t", partition, log, 0, 0, truncated=True) for partition, log in enumerate(logs)
     ]
-    fetcher = LeaderFetcher(2, ("127.0.0.1", 1), followed, lambda *_: None)
+    fetcher = LeaderFetcher(2, ("127.0.0.1", 1), followed, lambda *_: None, lambda: None)
     link = RecordingLink(session_id)
 
     async def three_fetches() -> None:
@@ -239,7 +274,7 @@ class ScriptedLink(RecordingLink):
 
 def test_a_follower_whose_session_the_leader_lost_opens_another_at_once(tmp_path: Path) -> None:
     followed = [FollowedPartition("t", 0, open_log(tmp_path / "t-0"), 0, 0, truncated=True)]
-    fetcher = LeaderFetcher(2, ("127.0.0.1", 1), followed, lambda *_: None)
+    fetcher = LeaderFetcher(2, ("127.0.0.1", 1), followed, lambda *_: None, lambda: None)
     errors = [ErrorCode.none, ErrorCode.fetch_session_id_not_found, ErrorCode.none]
     errors += [ErrorCode.invalid_fetch_session_epoch, ErrorCode.none, ErrorCode.none]
     link = ScriptedLink(7, errors)

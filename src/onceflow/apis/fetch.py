@@ -20,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request, leader_endpoints, topic_name
+from onceflow.broker.core import Broker
 from onceflow.broker.fetch_sessions import FetchSession
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
@@ -64,7 +65,7 @@ def handle(request: Request) -> Any:
     topics = body.topics if session is None else session.topics()
     responses, size, reads = _read(request, topics)
     max_wait_ms = body.max_wait.total_seconds() * 1000
-    if size >= body.min_bytes or max_wait_ms <= 0:
+    if _enough(request, responses, size) or max_wait_ms <= 0:
         return _respond(request, responses, session)
     # The wait starts from the logs as read here: an append (a follower's) or a high watermark
     # move (a consumer's) in the gap before the coroutine below runs ends it at once.
@@ -90,9 +91,17 @@ async def _long_poll(
         await request.broker.wait_for_data(reads, remaining, seen, follower)
         responses, size, reads = _read(request, topics)
         seen = request.broker.read_positions(reads, follower)
-        if size >= request.body.min_bytes:
+        if _enough(request, responses, size):
             return _respond(request, responses, session)
     return _respond(request, _read(request, topics)[0], session)
+
+
+def _enough(request: Request, responses: list[dict[str, Any]], size: int) -> bool:
+    """Whether to answer now: min_bytes of records, or an error for a partition (a moved
+    leader, an offset out of range), which the client should hear at once, as Kafka's do."""
+    return size >= request.body.min_bytes or any(
+        partition["error_code"] != ErrorCode.none for topic in responses for partition in topic["partitions"]
+    )
 
 
 def _replica_id(body: Any) -> int:
@@ -156,6 +165,10 @@ def _read(
                 leader = broker.current_leader(name, wanted.partition)
                 partitions.append(moved if leader is None else {**moved, "current_leader": leader})
                 continue
+            fenced = _fenced(broker, name, wanted)
+            if fenced is not None:
+                partitions.append(fenced)
+                continue
             log = logs.get(name, wanted.partition)
             if log is None:
                 partitions.append(_partition_error(wanted.partition, ErrorCode.unknown_topic_or_partition))
@@ -199,6 +212,21 @@ def _read(
             )
         responses.append({"topic": name, "topic_id": topic_id, "partitions": partitions})
     return responses, total, reads
+
+
+def _fenced(broker: Broker, topic: str, wanted: Any) -> dict[str, Any] | None:
+    """KIP-320: a fetch naming another leader epoch than this leader's (from v9, -1 when the
+    fetcher does not know it) gets FENCED_LEADER_EPOCH if it is older, UNKNOWN_LEADER_EPOCH if
+    newer: a follower with a stale view must not copy, nor report an end, from this leader."""
+    current = getattr(wanted, "current_leader_epoch", -1)
+    leading = broker.leader_epoch(topic, wanted.partition)
+    if current < 0 or leading is None or current == leading:
+        return None
+    if current > leading:
+        return _partition_error(wanted.partition, ErrorCode.unknown_leader_epoch)
+    fenced = _partition_error(wanted.partition, ErrorCode.fenced_leader_epoch)
+    leader = broker.current_leader(topic, wanted.partition)
+    return fenced if leader is None else {**fenced, "current_leader": leader}
 
 
 def _partition_error(

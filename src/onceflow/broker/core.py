@@ -369,7 +369,12 @@ class Broker:
                 FollowedPartition(*key, followed_logs[key], epoch, self._high_watermarks.get(key, 0))
                 for key, epoch in epochs.items()
             ]
-            fetcher = LeaderFetcher(self.node_id, leader, partitions, self._follower_appended)
+            # After a cut, the recovery point on disk goes down with it before the appends that
+            # follow (Kafka's truncateTo checkpoints too): a crash would otherwise trust them
+            # unchecked, as below a point they never reached.
+            fetcher = LeaderFetcher(
+                self.node_id, leader, partitions, self._follower_appended, self.logs.write_recovery_checkpoint
+            )
             task = asyncio.create_task(fetcher.run(), name=f"fetch-from-{leader_id}")
             self._fetchers[leader_id] = (followed, task)
 
@@ -464,8 +469,11 @@ class Broker:
 
     def _wake_everyone(self) -> None:
         """Leadership or an ISR changed, which may move any high watermark (or end a wait for
-        one): every acks=all produce and every long-polling consumer looks again."""
+        one): every acks=all produce and every long-polling fetch looks again (a follower's too:
+        a partition this broker no longer leads answers its error at once)."""
         self._wake_fetches([*self._replication_waiters, *self._fetch_waiters])
+        if self._append_waiters:
+            _wake(self._append_waiters, list(self._append_waiters), time.perf_counter())
 
     async def _shrink_isrs(self) -> None:
         """As Kafka's leaders: drop followers that have not caught up for replica.lag.time.max.ms

@@ -29,6 +29,7 @@ class WantedPartition:
     partition: int
     fetch_offset: int
     partition_max_bytes: int
+    current_leader_epoch: int = -1  # as last named: checked on every read, named or not
     sent: tuple[int, int, int] | None = None  # high watermark, last stable, log start last answered
 
 
@@ -53,6 +54,7 @@ class FetchSession:
                 known = self.partitions.setdefault(key, WantedPartition(wanted.partition, 0, 0))
                 known.fetch_offset = wanted.fetch_offset
                 known.partition_max_bytes = wanted.partition_max_bytes
+                known.current_leader_epoch = getattr(wanted, "current_leader_epoch", -1)
         for topic in forgotten:
             for partition in topic.partitions:
                 self.partitions.pop((topic.topic, partition), None)

@@ -101,15 +101,18 @@ class LeaderFetcher:
         leader: tuple[str, int],
         partitions: Iterable[FollowedPartition],
         appended: Callable[[str, int, PartitionLog, int], None],
+        truncated: Callable[[], None],
     ) -> None:
         """`appended(topic, partition, log, high_watermark)` runs after every fetch that brought
-        a partition records or a new high watermark."""
+        a partition records or a new high watermark; `truncated()` after a partition's log was
+        cut, before anything is appended to it again."""
         self.broker_id = broker_id
         self.leader = leader
         self.partitions = {followed.key: followed for followed in partitions}
         for followed in self.partitions.values():
             followed.high_watermark = min(followed.high_watermark, followed.log.log_end_offset)
         self._appended = appended
+        self._truncated = truncated
         # The fetch session on the leader (KIP-227): its id, the epoch of the next fetch (0 opens
         # a new one, -1 means the leader declines sessions), and the fetch offset it holds for
         # each partition, so that a fetch names only the partitions whose offset moved.
@@ -227,6 +230,7 @@ class LeaderFetcher:
             followed for followed in truncating if followed.log.leader_epochs.latest_epoch != UNDEFINED_EPOCH
         ]
         answers = await self._offsets_for_leader_epochs(link, asking) if asking else {}
+        cut = False
         for followed in truncating:
             answer = answers.get(followed.key)
             leader_epoch, leader_end = UNDEFINED_EPOCH, UNDEFINED_OFFSET
@@ -236,10 +240,12 @@ class LeaderFetcher:
                     continue
                 leader_epoch, leader_end = answer.leader_epoch, int(answer.end_offset)
             try:
-                _cut(followed, leader_epoch, leader_end)
+                cut = _cut(followed, leader_epoch, leader_end) or cut
             except Diverged as diverged:
                 log.error("%s-%d stops following its leader: %s", *followed.key, diverged)
                 del self.partitions[followed.key]
+        if cut:
+            self._truncated()
 
     async def _offsets_for_leader_epochs(
         self, link: Link, asking: list[FollowedPartition]
@@ -317,8 +323,9 @@ class LeaderFetcher:
         return answer
 
 
-def _cut(followed: FollowedPartition, leader_epoch: int, leader_end: int) -> None:
-    """Cut the partition's log where the leader's answer says (`truncation_point`)."""
+def _cut(followed: FollowedPartition, leader_epoch: int, leader_end: int) -> bool:
+    """Cut the partition's log where the leader's answer says (`truncation_point`); whether
+    anything was cut."""
     partition_log = followed.log
     end = partition_log.log_end_offset
     # A high watermark learned before the log start moved (a restart learns none) cannot be
@@ -340,6 +347,7 @@ def _cut(followed: FollowedPartition, leader_epoch: int, leader_end: int) -> Non
             raise Diverged(str(error)) from error
         followed.high_watermark = min(followed.high_watermark, point.offset)
     followed.truncated = point.complete
+    return point.offset < end
 
 
 def _append(partition_log: PartitionLog, header: BatchHeader, batch: memoryview) -> None:
