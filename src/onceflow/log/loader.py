@@ -52,7 +52,10 @@ def load_log(directory: Path, config: LogConfig, recovery_point: int, now_ms: in
         segments = [LogSegment.create(directory, 0)]
         fsync_directory(directory)
     producer_state = ProducerStateManager()
-    snapshot_offset = producer_state.load_latest_snapshot(directory, segments[-1].next_offset)
+    # A snapshot past the recovery point may have been written before the transaction index
+    # entries below it were fsynced: replaying from there would not find those aborts again.
+    newest_usable = min(segments[-1].next_offset, recovery_point)
+    snapshot_offset = producer_state.load_latest_snapshot(directory, newest_usable)
     replay_from = max(snapshot_offset, segments[0].base_offset)
     for segment in segments:
         # Aborts at or after the replay start are found again by the replay.
