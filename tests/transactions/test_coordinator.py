@@ -159,6 +159,28 @@ def test_the_zombie_check_for_produce(harness: Harness) -> None:
     assert coordinator.check_transactional_produce(pid, 0, ("data", 0)) == ErrorCode.none
     assert coordinator.check_transactional_produce(pid, 0, ("data", 1)) == ErrorCode.invalid_txn_state
     assert coordinator.check_transactional_produce(pid + 5, 0, ("data", 0)) == ErrorCode.invalid_txn_state
+    # A newer epoch than the coordinator's: taken, it would fence this transaction's own markers.
+    assert coordinator.check_transactional_produce(pid, 5, ("data", 0)) == ErrorCode.invalid_producer_epoch
+
+
+def test_a_fence_at_the_last_session_epoch_keeps_the_producer_id(harness: Harness) -> None:
+    # The abort markers must carry the producer id whose transaction is open on the partitions,
+    # or they close nothing there and the LSO stays where the transaction began.
+    pid = _init(harness).producer_id
+    harness.coordinator.transactions["t"].producer_epoch = MAX_EPOCH
+    harness.coordinator.add_partitions("t", pid, MAX_EPOCH, [("data", 0)], 1)
+    assert harness.coordinator.init_producer_id("t", TIMEOUT_MS, -1, -1, 2).reply.error == (
+        ErrorCode.concurrent_transactions
+    )
+    fencing = harness.coordinator.transactions["t"]
+    assert (fencing.state, fencing.producer_id, fencing.producer_epoch) == (
+        TxnState.PREPARE_ABORT,
+        pid,
+        MAX_EPOCH + 1,
+    )
+    finish(harness.coordinator, "t", 3)
+    renewed = _init(harness, now=4)
+    assert (renewed.error, renewed.producer_epoch, renewed.producer_id != pid) == (ErrorCode.none, 0, True)
 
 
 def test_idle_ids_expire(harness: Harness) -> None:

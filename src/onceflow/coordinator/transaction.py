@@ -46,6 +46,7 @@ TRANSACTION_LOG = "__transaction_state"
 TRANSACTION_LOG_CONFIG = {"cleanup.policy": "compact"}
 # An epoch is an int16; Kafka issues a new producer id before the epoch would reach the top.
 MAX_EPOCH = 32766
+FENCED_MAX_EPOCH = 32767  # a fence may take the last value: no session starts from it
 
 T = TypeVar("T")
 
@@ -310,11 +311,12 @@ class TransactionCoordinator:
 
     def _fence_and_abort(self, metadata: TransactionMetadata, now_ms: int) -> TxnLogRecord:
         # The markers carry the bumped epoch, which fences the old one on every partition. The
-        # bump is not a new session, so the last epoch keeps naming the one before it.
-        new_id, new_epoch = self._next_epoch(metadata)
-        return self._transition(
-            metadata, now_ms, producer_id=new_id, producer_epoch=new_epoch, state=TxnState.PREPARE_ABORT
-        )
+        # bump is not a new session, so the last epoch keeps naming the one before it. It keeps
+        # the producer id, even at MAX_EPOCH (Kafka's prepareFenceProducerEpoch goes to 32767):
+        # markers for a new id would close no transaction on the partitions, and their LSO
+        # would stay at the fenced transaction's first offset. The next session gets a new id.
+        fenced_epoch = min(metadata.producer_epoch + 1, FENCED_MAX_EPOCH)
+        return self._transition(metadata, now_ms, producer_epoch=fenced_epoch, state=TxnState.PREPARE_ABORT)
 
     # -- the transaction ----------------------------------------------------------------------
 
@@ -507,7 +509,9 @@ class TransactionCoordinator:
         metadata = self._by_producer_id.get(producer_id)
         if metadata is None:
             return ErrorCode.invalid_txn_state
-        if producer_epoch < metadata.producer_epoch:
+        if producer_epoch != metadata.producer_epoch:
+            # A newer epoch than the coordinator's too (KIP-890's verification): taken, it would
+            # fence the markers of the transaction's real epoch on this partition.
             return ErrorCode.invalid_producer_epoch
         if metadata.state != TxnState.ONGOING or partition not in metadata.partitions:
             return ErrorCode.invalid_txn_state
