@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -197,3 +198,30 @@ def test_clients_cannot_write_or_delete_the_coordinators_logs(shared_broker: Emb
         )
         assert response.responses[0].error_code == ErrorCode.invalid_topic_exception
         assert wire.list_offset("__transaction_state", 0) >= 0
+
+
+def _with_last_offset_delta(batch: bytes, last_offset_delta: int) -> bytes:
+    """The batch claiming another last offset delta, its CRC made right again."""
+    patched = bytearray(batch)
+    struct.pack_into(">i", patched, 23, last_offset_delta)
+    struct.pack_into(">I", patched, 17, crc32c(memoryview(patched)[21:]))
+    return bytes(patched)
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        pytest.param(_with_last_offset_delta(make_batch([b"a", b"b", b"c"]), 0), id="3-records-1-offset"),
+        pytest.param(_with_last_offset_delta(make_batch([b"a"]), 2), id="1-record-3-offsets"),
+        pytest.param(make_batch([b"a"], producer_id=5, producer_epoch=0), id="producer-id-without-sequence"),
+    ],
+)
+def test_a_batch_kafka_would_not_validate_is_refused_and_stores_nothing(batch: bytes) -> None:
+    # Offsets are given out by the last offset delta (a mismatch would hand the same offset to two
+    # records), and the duplicate check matches on sequences (a second batch with none would be
+    # taken for a duplicate of the first, acknowledged and dropped).
+    with EmbeddedBroker() as broker, WireClient(broker.bootstrap_servers) as client:
+        client.create_topic(TOPIC, 1)
+        for _ in range(2):
+            assert produce(client, TOPIC, 0, batch).error_code == ErrorCode.invalid_record
+        assert client.list_offset(TOPIC, 0) == 0

@@ -23,7 +23,7 @@ from onceflow.apis.common import Request, leader_endpoints, topic_name
 from onceflow.broker.core import now_ms
 from onceflow.broker.metrics import STAGE_DECODE_TO_APPEND, STAGE_FSYNC_WAIT
 from onceflow.coordinator.runtime import is_internal
-from onceflow.log.batch import CorruptRecordError, validate_batches
+from onceflow.log.batch import BatchHeader, CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
 
@@ -176,6 +176,9 @@ def _produce_partition(
         return _error(
             ErrorCode.invalid_record, "control batches are written by the transaction coordinator only"
         )
+    refused = _client_batch_error(batch)
+    if refused is not None:
+        return _error(ErrorCode.invalid_record, refused)
     if batch.is_transactional and broker.coordinates_transactions:
         # A zombie's late batch must not land in a later transaction of the same id. A leader
         # that is not the coordinator cannot ask, as Kafka's could not before KIP-890: there the
@@ -201,6 +204,20 @@ def _produce_partition(
         "log_start_offset": log.log_start_offset,
         "record_errors": [],
     }
+
+
+def _client_batch_error(batch: BatchHeader) -> str | None:
+    """What Kafka's LogValidator refuses in a client's batch, beyond its CRC: offsets are given
+    out by the last offset delta, so it must match the record count, and a batch with a
+    producer id must carry a sequence (the duplicate check matches on it)."""
+    if batch.record_count <= 0 or batch.record_count != batch.last_offset_delta + 1:
+        return (
+            f"the batch declares {batch.record_count} records but offsets for "
+            f"{batch.last_offset_delta + 1} (last offset delta {batch.last_offset_delta})"
+        )
+    if batch.producer_id >= 0 and batch.base_sequence < 0:
+        return f"producer {batch.producer_id}'s batch has no sequence number ({batch.base_sequence})"
+    return None
 
 
 def _min_insync_replicas(request: Request, topic: str) -> int:
