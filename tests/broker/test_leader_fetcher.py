@@ -116,20 +116,26 @@ def test_a_cut_is_reported_before_anything_is_appended_after_it(
 ) -> None:
     # The broker writes its recovery checkpoint when told: before the appends that follow a cut,
     # which a crash would otherwise trust unchecked, as below a recovery point they never reached.
+    # And the high watermark it learned goes down with the log: as leader, it would count from it.
     _fill(broker)  # END records on the leader
     copy = _copy(tmp_path, 0)
     longer = make_batch([f"diverged-{index}".encode() for index in range(END + 2)])
     copy.log.append(longer, validate_batches(longer), 0, leader_epoch=0)  # past the leader's end
-    told_cut: list[tuple[int, int]] = []
+    events: list[tuple[str, int, int]] = []
     fetcher = LeaderFetcher(
         9,
         ("127.0.0.1", broker.port),
         [copy],
-        lambda *_: None,
-        lambda: told_cut.append((copy.log.log_end_offset, copy.log.flushed_offset)),
+        lambda _topic, _partition, log, high_watermark: events.append(
+            ("appended", log.log_end_offset, high_watermark)
+        ),
+        lambda: events.append(("cut", copy.log.log_end_offset, copy.log.flushed_offset)),
     )
     try:
         _follow_until_copied(fetcher, [copy])
     finally:
         copy.log.close()
-    assert told_cut == [(0, 0)]  # cut to the start of the divergent batch, told before the copy
+    # A leader alone answers no epoch, so the copy is cut at its high watermark (0, at the start
+    # of the divergent batch); the high watermark and the recovery point reported before the copy.
+    assert events[:2] == [("appended", 0, 0), ("cut", 0, 0)]
+    assert events[-1] == ("appended", END, END)

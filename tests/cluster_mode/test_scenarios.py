@@ -155,6 +155,31 @@ def test_one_broker_of_three_refuses_acks_all_with_min_insync_2_and_takes_acks_1
     ]
 
 
+def test_acks_all_waiting_while_the_isr_shrinks_below_min_insync_gets_not_enough_after_append(
+    tmp_path: Path,
+) -> None:
+    # The followers stall after the append; the leader drops them from the ISR after 1 s, which
+    # moves its high watermark past the batch. Only the leader has it: no success (Kafka's
+    # checkEnoughReplicasReachOffset), but NOT_ENOUGH_REPLICAS_AFTER_APPEND, which a client retries.
+    cluster = next(
+        clusters := start_cluster(
+            tmp_path, {"replica.lag.time.max.ms": "1000", "zookeeper.session.timeout.ms": "4000"}
+        )
+    )
+    try:
+        create_topic(cluster, "ledger", 1, 3, **{"min.insync.replicas": "2"})
+        leader = cluster.wait_for_leader("ledger").leader_id
+        with WireClient(cluster.brokers[leader].bootstrap_servers, timeout_s=30) as client:
+            assert produce(client, "ledger", 0, make_batch([b"in sync"])).error_code == ErrorCode.none
+            with stopped(cluster, [broker_id for broker_id in BROKER_IDS if broker_id != leader]):
+                answer = produce(client, "ledger", 0, make_batch([b"only on the leader"]))
+                isr = cluster.partition(leader, "ledger").isr_nodes
+        assert isr == (leader,)  # the precondition: the ISR did shrink while the produce waited
+        assert answer.error_code == ErrorCode.not_enough_replicas_after_append
+    finally:
+        clusters.close()
+
+
 def _log_bytes(directory: Path) -> bytes:
     return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
 

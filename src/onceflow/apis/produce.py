@@ -119,20 +119,20 @@ async def _once_replicated(
     appended batches (no further than the leader's fsynced offset: `Broker.high_watermark`);
     REQUEST_TIMED_OUT past the request's timeout, NOT_LEADER_OR_FOLLOWER if leadership moved
     meanwhile (the client retries either)."""
-    broker = request.broker
-    replicated = await broker.wait_replicated(targets, request.body.timeout.total_seconds())
+    replicated = await request.broker.wait_replicated(targets, request.body.timeout.total_seconds())
     for topic in responses:
         for partition in topic["partition_responses"]:
-            reached = replicated.get((topic["name"], partition["index"]))
-            if reached is False:
-                key = (topic["name"], partition["index"])
-                code = (
-                    ErrorCode.request_timed_out
-                    if key in broker.leading()
-                    else ErrorCode.not_leader_or_follower
-                )
-                partition.update(_error(code, "the in-sync replicas did not all copy the batch in time"))
+            code = replicated.get((topic["name"], partition["index"]), ErrorCode.none)
+            if code != ErrorCode.none:
+                partition.update(_error(code, _NOT_REPLICATED[code]))
     return _respond(request, responses, answered)
+
+
+_NOT_REPLICATED = {
+    ErrorCode.request_timed_out: "the in-sync replicas did not all copy the batch in time",
+    ErrorCode.not_leader_or_follower: "this broker stopped leading the partition before the batch was copied",
+    ErrorCode.not_enough_replicas_after_append: "the ISR shrank below min.insync.replicas before the answer",
+}
 
 
 def _produce_partition(
@@ -155,7 +155,7 @@ def _produce_partition(
     log = broker.logs.get(topic, partition)
     if log is None:
         return _error(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
-    if acks == -1 and _min_insync_replicas(request, topic) > broker.in_sync_replicas(topic, partition):
+    if acks == -1 and broker.min_insync_replicas(topic) > broker.in_sync_replicas(topic, partition):
         if broker.cluster is None:
             message = "this broker is the only replica, so min.insync.replicas > 1 cannot be met"
         else:
@@ -218,11 +218,6 @@ def _client_batch_error(batch: BatchHeader) -> str | None:
     if batch.producer_id >= 0 and batch.base_sequence < 0:
         return f"producer {batch.producer_id}'s batch has no sequence number ({batch.base_sequence})"
     return None
-
-
-def _min_insync_replicas(request: Request, topic: str) -> int:
-    configs = request.broker.logs.topics[topic].configs
-    return int(configs.get("min.insync.replicas", request.broker.config.get("min.insync.replicas")))
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from kio.schema.errors import ErrorCode
+
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.fetch_sessions import FetchSessions
 from onceflow.broker.markers import BrokerTransactionPartitions
@@ -348,6 +350,7 @@ class Broker:
                         current = LeaderState(state.leader_epoch, now_ms())
                         if partition_log is not None:
                             partition_log.assign_leader_epoch(state.leader_epoch)
+                            current.epoch_start_offset = partition_log.epoch_start_offset(state.leader_epoch)
                     leading[key] = current
                 elif state.leader in view.brokers and (partition_log := self.logs.get(*key)) is not None:
                     following.setdefault(state.leader, {})[key] = state.leader_epoch
@@ -399,10 +402,14 @@ class Broker:
         if moved and self.high_watermark(topic, partition, partition_log) > before:
             self._wake_fetches([partition_log])  # consumers at the high watermark, and acks=all produces
         isr = view.isr(topic, partition)
+        # Caught up to the high watermark and into this leader's epoch (KAFKA-7128): a new
+        # leader's high watermark may lag what its predecessor acknowledged, and a replica
+        # below the epoch's start could be elected without those records.
         if (
             replica_id not in isr
             and key not in self._isr_expansions
-            and fetch_offset >= self.high_watermark(topic, partition, partition_log)
+            and fetch_offset
+            >= max(self.high_watermark(topic, partition, partition_log), state.epoch_start_offset)
         ):
             state.caught_up_ms[replica_id] = now_ms()  # not lagging the moment it is back
             task = asyncio.create_task(self.cluster.change_isr(topic, partition, (*isr, replica_id)))
@@ -438,9 +445,12 @@ class Broker:
 
     async def wait_replicated(
         self, targets: list[tuple[str, int, PartitionLog, int]], timeout_s: float
-    ) -> dict[tuple[str, int], bool]:
-        """For each (topic, partition, log, end): whether the high watermark reached `end` while
-        this broker still led the partition, in that log, within the timeout."""
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """For each (topic, partition, log, end), once the high watermark reached `end` in that
+        log while this broker led the partition: NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND if the
+        ISR had shrunk below `min.insync.replicas` meanwhile (then the leader alone may hold it,
+        as Kafka's checkEnoughReplicasReachOffset says); else NOT_LEADER_OR_FOLLOWER if the
+        leadership (or the log) went, REQUEST_TIMED_OUT past the timeout."""
         deadline = time.monotonic() + timeout_s
         while True:
             # A topic deleted and created again meanwhile has a new log: the batch went with the old.
@@ -455,7 +465,7 @@ class Broker:
             }
             remaining = deadline - time.monotonic()
             if all(done.values()) or len(held) < len(done) or remaining <= 0:
-                return {key: reached and key in held for key, reached in done.items()}
+                return {key: self._replicated(key, reached, key in held) for key, reached in done.items()}
             short = [
                 partition_log for topic, partition, partition_log, _ in targets if not done[topic, partition]
             ]
@@ -466,6 +476,15 @@ class Broker:
                 await _woken_or_timed_out(waiter, remaining)
             finally:
                 _forget(self._replication_waiters, short, waiter)
+
+    def _replicated(self, key: tuple[str, int], reached: bool, held: bool) -> ErrorCode:
+        if not held:
+            return ErrorCode.not_leader_or_follower
+        if not reached:
+            return ErrorCode.request_timed_out
+        if self.in_sync_replicas(*key) < self.min_insync_replicas(key[0]):
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
 
     def _wake_everyone(self) -> None:
         """Leadership or an ISR changed, which may move any high watermark (or end a wait for
@@ -525,6 +544,11 @@ class Broker:
             return [self.endpoint]
         brokers = self.cluster.view.brokers.values()
         return [Endpoint(node.broker_id, node.host, node.port) for node in brokers]
+
+    def min_insync_replicas(self, topic: str) -> int:
+        """The topic's `min.insync.replicas`, else the broker's."""
+        configs = self.logs.topics[topic].configs
+        return int(configs.get("min.insync.replicas", self.config.get("min.insync.replicas")))
 
     def in_sync_replicas(self, topic: str, partition: int) -> int:
         """How many replicas are in the partition's ISR: this broker alone outside a cluster."""

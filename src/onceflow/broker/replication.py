@@ -56,6 +56,7 @@ class LeaderState:
 
     leader_epoch: int
     started_ms: int
+    epoch_start_offset: int = 0  # where this leader's epoch began in its log
     log_end: dict[int, int] = field(default_factory=dict)
     caught_up_ms: dict[int, int] = field(default_factory=dict)
 
@@ -240,7 +241,11 @@ class LeaderFetcher:
                     continue
                 leader_epoch, leader_end = answer.leader_epoch, int(answer.end_offset)
             try:
-                cut = _cut(followed, leader_epoch, leader_end) or cut
+                if _cut(followed, leader_epoch, leader_end):
+                    cut = True
+                    # The broker's high watermark for it goes down too: it would count from it
+                    # were it to lead, past what the others hold.
+                    self._appended(*followed.key, followed.log, followed.high_watermark)
             except Diverged as diverged:
                 log.error("%s-%d stops following its leader: %s", *followed.key, diverged)
                 del self.partitions[followed.key]

@@ -78,13 +78,7 @@ async def write_as_leader(
     broker.appended(logs)
     await broker.wait_durable(logs)
     if broker.cluster is not None and appended:
-        replicated = await broker.wait_replicated(appended, REPLICATION_TIMEOUT_S)
-        for key, reached in replicated.items():
-            if not reached:
-                still_leading = key in broker.leading()
-                results[key] = (
-                    ErrorCode.request_timed_out if still_leading else ErrorCode.not_leader_or_follower
-                )
+        results.update(await broker.wait_replicated(appended, REPLICATION_TIMEOUT_S))
     return results
 
 

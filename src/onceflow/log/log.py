@@ -216,6 +216,11 @@ class PartitionLog:
             position += header.size
         return AppendResult(base_offset, last_offset)
 
+    def epoch_start_offset(self, epoch: int) -> int:
+        """Where `epoch` began in this log (the log end if it has no entry)."""
+        starts = [entry.start_offset for entry in self.leader_epochs.entries if entry.epoch == epoch]
+        return starts[0] if starts else self.log_end_offset
+
     def assign_leader_epoch(self, epoch: int, start_offset: int | None = None) -> None:
         """`epoch` begins at `start_offset` (a new leader: at its log end), checkpointed."""
         start = self.log_end_offset if start_offset is None else start_offset
