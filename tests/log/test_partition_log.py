@@ -286,3 +286,16 @@ def test_a_vectored_write_of_more_pieces_than_iov_max_lands_in_order(tmp_path: P
     finally:
         os.close(fd)
     assert path.read_bytes() == b"\0" * 5 + b"".join(bytes(piece) for piece in pieces)
+
+
+def test_a_followers_copy_is_taken_whatever_its_own_producer_state_says(tmp_path: Path) -> None:
+    # The leader checked the sequences; a follower whose state differs (the leader expired the
+    # producer at another moment, say) must store the batch, not refuse it and stop following.
+    log = open_log(tmp_path)
+    append(log, idempotent(7, 0, 0, count=5))
+    gap = idempotent(7, 0, 10)
+    with pytest.raises(ProducerStateError):
+        append(log, gap)  # from a client: out of order
+    copied = log.append(gap, validate_batches(gap), 0, replicated=True)
+    assert (copied.base_offset, copied.duplicate) == (5, False)
+    log.close()

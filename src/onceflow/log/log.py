@@ -175,7 +175,10 @@ class PartitionLog:
             )
         if self.config.compact:
             self._check_keys(records, headers)
-        duplicate = self.producer_state.check_and_prepare(headers[0])
+        # A leader's copy is taken as it is, as Kafka's followers take it (no sequence checks for
+        # a replication append): the leader checked it, and a follower whose producer state
+        # differs (an expiry at another moment) must not refuse it and stop following.
+        duplicate = None if replicated else self.producer_state.check_and_prepare(headers[0])
         if duplicate is not None:
             return AppendResult(duplicate.base_offset, duplicate.last_offset, duplicate=True)
 
