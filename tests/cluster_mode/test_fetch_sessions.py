@@ -89,6 +89,10 @@ def test_a_fetch_continues_a_session_only_at_its_epoch_and_from_its_follower() -
     later = [sessions.open(2, topics(p0=0)) for _ in range(SESSIONS_PER_FOLLOWER)]
     assert sessions.next_fetch(2, session.session_id, 3) == ErrorCode.fetch_session_id_not_found  # dropped
     assert sessions.next_fetch(2, later[0].session_id, 1) is later[0]
+    sessions.close(3, later[0].session_id)  # another follower's: kept
+    assert sessions.next_fetch(2, later[0].session_id, 2) is later[0]
+    sessions.close(2, later[0].session_id)  # a FINAL fetch closes it
+    assert sessions.next_fetch(2, later[0].session_id, 3) == ErrorCode.fetch_session_id_not_found
 
 
 def fetch(
@@ -185,6 +189,11 @@ def test_a_leader_answers_a_followers_session_with_what_changed(cluster: Cluster
         for replica_id in (-1, 99):
             declined = fetch(client, 0, 0, {0: 0, 1: 0, 2: 0}, replica_id)
             assert declined.session_id == 0 and listed(declined).keys() == {0, 1, 2}
+        # A FINAL fetch (epoch -1) gets a full answer without a session and closes this one.
+        final = fetch(client, follower.session_id, -1, {0: 0, 1: 0, 2: 0}, replica_id=3)
+        assert final.session_id == 0 and listed(final).keys() == {0, 1, 2}
+        closed = fetch(client, follower.session_id, follower.epoch, {}, replica_id=3)
+        assert closed.error_code == ErrorCode.fetch_session_id_not_found
 
 
 @pytest.mark.zookeeper

@@ -50,6 +50,9 @@ def handle(request: Request) -> Any:
         and replica_id in cluster.view.brokers
         and request.api_version < FIRST_VERSION_WITH_TOPIC_IDS
     )
+    if kept and session_id != 0 and epoch in (0, -1):
+        # KIP-227: epoch -1 (FINAL) closes the session and fetches without one; 0 replaces it.
+        request.broker.fetch_sessions.close(replica_id, session_id)
     if kept and epoch == 0:
         session = request.broker.fetch_sessions.open(replica_id, body.topics)
     elif kept and epoch > 0:

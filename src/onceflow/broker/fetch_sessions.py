@@ -117,6 +117,12 @@ class FetchSessions:
         session.epoch = next_epoch(epoch)
         return session
 
+    def close(self, replica_id: int, session_id: int) -> None:
+        """The follower is done with the session (a FINAL fetch, or a new one in its place)."""
+        session = self._sessions.get(session_id)
+        if session is not None and session.replica_id == replica_id:
+            del self._sessions[session_id]
+
 
 def next_epoch(epoch: int) -> int:
     """After the largest int32 comes 1, as in Kafka (0 opens a session)."""
