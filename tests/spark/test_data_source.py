@@ -140,12 +140,17 @@ def test_bad_options_fail_with_a_clear_message(spark: SparkSession, broker: Embe
 
 def test_batch_write_exactly_once(spark: SparkSession, broker: EmbeddedBroker) -> None:
     create(broker.bootstrap_servers, ("written", 2))
-    frame = spark.createDataFrame([(f"r{n}", str(n % 2)) for n in range(200)], "value string, key string")
-    frame.repartition(3).write.format("onceflow").option(
-        "kafka.bootstrap.servers", broker.bootstrap_servers
-    ).option("topic", "written").mode("append").save()
+    # Two writes under one transactional id prefix: each is batch 0 of its own, so the second
+    # must not take the first one's progress for its own and skip its rows.
+    for first in (0, 200):
+        frame = spark.createDataFrame(
+            [(f"r{n}", str(n % 2)) for n in range(first, first + 200)], "value string, key string"
+        )
+        frame.repartition(3).write.format("onceflow").option(
+            "kafka.bootstrap.servers", broker.bootstrap_servers
+        ).option("topic", "written").option("transactionalIdPrefix", "batch").mode("append").save()
     assert Counter(values(read_to_end(broker.bootstrap_servers, "written", 2, "read_committed"))) == Counter(
-        f"r{n}" for n in range(200)
+        f"r{n}" for n in range(400)
     )
 
 

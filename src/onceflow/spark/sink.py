@@ -126,8 +126,10 @@ class OnceflowBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.settings = SinkSettings.from_options(options, schema)
-        # A fresh prefix per write: its tasks' retries find each other's progress, nothing else does.
-        self.prefix = self.settings.transactional_id_prefix or f"onceflow-write-{uuid.uuid4()}"
+        # A fresh prefix per write, after the user's if given: its tasks' retries find each
+        # other's progress, nothing else does (every write is batch 0, so a later write under
+        # the same prefix would find the first one's and skip its rows).
+        self.prefix = f"{self.settings.transactional_id_prefix or 'onceflow'}-write-{uuid.uuid4()}"
         self.settings.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:

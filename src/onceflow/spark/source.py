@@ -7,7 +7,6 @@ The planning half (offsets, partitions) runs on the driver, in one long-lived Py
 from __future__ import annotations
 
 import bisect
-import itertools
 import json
 import operator
 import time
@@ -299,19 +298,24 @@ def _read_assigned(
 
 def records_before(messages: list[Message], end: int) -> tuple[list[Message], bool]:
     """The records in `messages` (one partition's, in offset order) before offset `end`, and
-    whether the range is done: a record at or past `end` came, or the end of the partition.
-    A few calls per batch in C, not a Python loop per record."""
-    errors = [message.error() for message in messages]
+    whether the range is done: a record at or past `end` came, or the end of the partition at
+    or past `end`. An end of the partition before `end` is a broker behind the one that planned
+    the range (a new leader whose high watermark lags): the rest comes later. A few calls per
+    batch in C, not a Python loop per record, unless an event is among them."""
+    records, reached = messages, False
     # By truth value: a KafkaError compared with None raises (confluent-kafka 2.x).
-    first_error = next(itertools.compress(itertools.count(), errors), len(messages))
-    if first_error < len(messages):
-        error = errors[first_error]
-        assert error is not None
-        if error.code() != KafkaError._PARTITION_EOF:
-            raise KafkaException(error)
-    records = messages[:first_error]
+    if any(message.error() for message in messages):
+        records = []
+        for message in messages:
+            error = message.error()
+            if not error:
+                records.append(message)
+            elif error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(error)
+            else:
+                reached = reached or message.offset() >= end  # type: ignore[operator]
     within = bisect.bisect_left(records, end, key=_offset)
-    return records[:within], within < len(records) or first_error < len(messages)
+    return records[:within], within < len(records) or reached
 
 
 _offset = operator.methodcaller("offset")
@@ -416,10 +420,13 @@ class OnceflowStreamReader(DataSourceStreamReader):
         # Spark asks reportLatestOffset right after this, in the same trigger: one request serves both.
         self.last_latest = self.planner.latest()
         latest = {topic: dict(partitions) for topic, partitions in self.last_latest.items()}
-        # A topic or partition that vanished keeps its last offset: offsets never move back.
+        # Offsets never move back: a partition that vanished keeps its last offset, and one whose
+        # new leader reports a lower last stable offset for a while (its high watermark lags)
+        # waits for it, or the records in between would be read twice.
         for topic, partitions in start.items():
+            known = latest.setdefault(topic, {})
             for partition, offset in partitions.items():
-                latest.setdefault(topic, {}).setdefault(partition, offset)
+                known[partition] = max(known.get(partition, offset), offset)
         latest = sorted_offsets(latest)
         if isinstance(limit, ReadMaxRows):
             return limit_offsets(start, latest, limit.max_rows)
