@@ -14,9 +14,10 @@ import pytest
 from confluent_kafka import Consumer
 from kio.schema.errors import ErrorCode
 
-from tests.cluster_mode.conftest import BROKER_IDS, Cluster
+from tests.cluster_mode.conftest import BROKER_IDS, Cluster, create_topic_with_assignments
 from tests.cluster_mode.test_zookeeper_cluster import create_topic
 from tests.conftest import wait_until
+from tests.groups.helpers import commit, fetch
 from tests.wire import WireClient
 
 pytestmark = pytest.mark.zookeeper
@@ -250,3 +251,17 @@ def test_a_group_stays_one_group_when_its_coordinator_dies_and_comes_back(cluste
     finally:
         for member in members:
             member.leave()
+
+
+def test_the_coordinator_keeps_offsets_of_a_partition_it_holds_no_replica_of(shared_cluster: Cluster) -> None:
+    coordinator = coordinator_of(shared_cluster)
+    elsewhere = next(broker_id for broker_id in BROKER_IDS if broker_id != coordinator)
+    create_topic_with_assignments(shared_cluster, "held-elsewhere", [[elsewhere]])
+    shared_cluster.wait_for_leader("held-elsewhere")
+    with WireClient(shared_cluster.brokers[coordinator].bootstrap_servers) as client:
+        assert commit(client, "elsewhere", {("held-elsewhere", 0): 5}) == {
+            ("held-elsewhere", 0): ErrorCode.none
+        }
+        assert fetch(client, "elsewhere", [("held-elsewhere", 0)]) == {
+            ("held-elsewhere", 0): (5, ErrorCode.none)
+        }

@@ -463,3 +463,53 @@ def test_offset_and_metadata_round_trip_in_the_coordinator(broker: EmbeddedBroke
     assert [(f.partition, f.offset, f.error) for f in fetched] == [  # type: ignore[attr-defined]
         (TopicPartition(TOPIC, 1), OffsetAndMetadata(8, 2, "meta"), ErrorCode.none)
     ]
+
+
+def test_a_transaction_whose_offsets_together_exceed_the_batch_limit_still_commits(tmp_path: Path) -> None:
+    # Each TxnOffsetCommit is within max.message.bytes; the commit writes them all at once.
+    partitions, metadata = 20, "m" * 4000
+    with (
+        EmbeddedBroker(tmp_path / "data", config={"message.max.bytes": "100000"}) as broker,
+        WireClient(broker.bootstrap_servers) as client,
+    ):
+        assert client.create_topic(TOPIC, partitions) == ErrorCode.none
+        producer_id = begin_offsets_transaction(client, "big", "g1")
+        added = client.request(
+            25, 3, transactional_id="big", producer_id=producer_id, producer_epoch=0, group_id="g2"
+        )
+        assert added.error_code == ErrorCode.none
+        for group in ("g1", "g2"):
+            staged = client.request(
+                28,
+                3,
+                transactional_id="big",
+                group_id=group,
+                producer_id=producer_id,
+                producer_epoch=0,
+                generation_id=-1,
+                member_id="",
+                group_instance_id=None,
+                topics=[
+                    {
+                        "name": TOPIC,
+                        "partitions": [
+                            {
+                                "partition_index": index,
+                                "committed_offset": 5,
+                                "committed_leader_epoch": -1,
+                                "committed_metadata": metadata,
+                            }
+                            for index in range(partitions)
+                        ],
+                    }
+                ],
+            )
+            assert {p.error_code for t in staged.topics for p in t.partitions} == {ErrorCode.none}
+        ended = client.request(
+            26, 3, transactional_id="big", producer_id=producer_id, producer_epoch=0, committed=True
+        )
+        assert ended.error_code == ErrorCode.none
+        for group in ("g1", "g2"):
+            assert fetch(client, group, [(TOPIC, 0)], require_stable=True) == {
+                (TOPIC, 0): (5, ErrorCode.none)
+            }

@@ -28,7 +28,7 @@ def handle(request: Request) -> Any:
         for topic in topics
         for partition in topic.partitions
     ]
-    known = [partition for partition in wanted if broker.logs.get(*partition) is not None]
+    known = [partition for partition in wanted if broker.partition_exists(partition)]
     group_error, errors = broker.groups.delete_offsets(request.body.group_id, known, now_ms())
     response = request.respond(
         error_code=group_error,

@@ -104,7 +104,7 @@ class Broker:
         }
         self.groups = GroupCoordinator(
             PartitionCoordinatorLog.open(self.logs, CONSUMER_OFFSETS_TOPIC, offsets_config),
-            lambda partition: self.logs.get(*partition) is not None,
+            self.partition_exists,
             GroupConfig.from_kafka(config.props),
             now_ms(),
             self._schedule_group_timer,
@@ -544,6 +544,14 @@ class Broker:
             return [self.endpoint]
         brokers = self.cluster.view.brokers.values()
         return [Endpoint(node.broker_id, node.host, node.port) for node in brokers]
+
+    def partition_exists(self, partition: tuple[str, int]) -> bool:
+        """Whether the partition exists: in a cluster, anywhere in it (this broker may hold no
+        replica of a topic whose offsets its group coordinator keeps)."""
+        if self.cluster is None:
+            return self.logs.get(*partition) is not None
+        assignment = self.cluster.view.topics.get(partition[0])
+        return assignment is not None and 0 <= partition[1] < len(assignment.replicas)
 
     def min_insync_replicas(self, topic: str) -> int:
         """The topic's `min.insync.replicas`, else the broker's."""

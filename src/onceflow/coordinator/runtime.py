@@ -152,7 +152,9 @@ class PartitionCoordinatorLog:
 
     def append(self, records: Sequence[KeyValue], now_ms: int) -> int:
         batch = encode_batch(list(records), now_ms)
-        return self.partition_log.append(batch, [parse_batch_header(batch)], now_ms).base_offset
+        return self.partition_log.append(
+            batch, [parse_batch_header(batch)], now_ms, coordinator=True
+        ).base_offset
 
     def batches(self) -> Iterator[list[StoredRecord]]:
         log = self.partition_log

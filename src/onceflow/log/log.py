@@ -146,17 +146,20 @@ class PartitionLog:
         now_ms: int,
         replicated: bool = False,
         leader_epoch: int | None = None,
+        coordinator: bool = False,
     ) -> AppendResult:
         """Append CRC-validated batches (`headers` from `validate_batches(records)`) with
         offsets assigned; `records` itself is neither copied nor changed: each batch's
         offset-bearing prefix is written ahead of the rest. `leader_epoch`: the epoch a leader
         stamps on its clients' batches. Nothing is written on error.
         `replicated`: a follower's copy of its leader's batches, whose leader epochs go in the
-        cache (a leader starts its epoch itself; clients' batches carry whatever they like)."""
+        cache (a leader starts its epoch itself; clients' batches carry whatever they like).
+        `coordinator`: a coordinator's own batch, bounded by `segment.bytes` alone: a committed
+        transaction's offsets are written at once, from TxnOffsetCommits each within the limit."""
         if not headers:
             raise LogAppendError(ErrorCode.invalid_record, "no record batch to append")
         for header in headers:
-            if header.size > self.config.max_message_bytes:
+            if header.size > self.config.max_message_bytes and not coordinator:
                 raise LogAppendError(
                     ErrorCode.message_too_large,
                     f"batch of {header.size} bytes exceeds max.message.bytes "
