@@ -292,15 +292,7 @@ def test_a_periodic_snapshot_bounds_the_replay_after_a_crash(tmp_path: Path, mon
     writer()
     _produce_sequences(log, range(4, 6))
     log.close(flush=False)
-
-    replayed: list[int] = []
-    original = loader._batches_from
-
-    def counting(segments, offset: int):  # type: ignore[no-untyped-def]
-        replayed.append(offset)
-        return original(segments, offset)
-
-    monkeypatch.setattr(loader, "_batches_from", counting)
+    replayed = _count_replays(monkeypatch)
     reopened = open_log(tmp_path, recovery_point=4)  # a checkpoint taken after the snapshot
     assert replayed == [4]  # the replay starts at the snapshot, not at offset 0
     assert append(reopened, idempotent(7, 0, 5)).duplicate
@@ -316,6 +308,14 @@ def test_a_snapshot_past_the_recovery_point_is_not_replayed_from(tmp_path: Path,
     assert writer is not None
     writer()
     log.close(flush=False)
+    replayed = _count_replays(monkeypatch)
+    reopened = open_log(tmp_path, recovery_point=2)
+    assert replayed == [0]
+    assert append(reopened, idempotent(7, 0, 3)).duplicate  # the state rebuilt all the same
+
+
+def _count_replays(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """The offsets the next opened log's producer-state replay starts from."""
     replayed: list[int] = []
     original = loader._batches_from
 
@@ -324,6 +324,4 @@ def test_a_snapshot_past_the_recovery_point_is_not_replayed_from(tmp_path: Path,
         return original(segments, offset)
 
     monkeypatch.setattr(loader, "_batches_from", counting)
-    reopened = open_log(tmp_path, recovery_point=2)
-    assert replayed == [0]
-    assert append(reopened, idempotent(7, 0, 3)).duplicate  # the state rebuilt all the same
+    return replayed
