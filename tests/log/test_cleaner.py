@@ -230,3 +230,34 @@ def test_any_interleaving_keeps_the_latest_value_of_every_key(
     finally:
         log.close()
         shutil.rmtree(directory)
+
+
+def test_a_read_from_a_log_start_in_a_gap_cleaning_left_reads_the_first_segment(tmp_path: Path) -> None:
+    # compact,delete: cleaning empties the first segment (only versions of a key written again
+    # later) and retention drops it; the log start stays in the gap before the next segment.
+    log = open_log(
+        tmp_path,
+        cleanup_policy="compact,delete",
+        segment_bytes=400,
+        delete_retention_ms=1000,
+        retention_ms=-1,
+    )
+    while log.segment_count == 1:
+        _put(log, "a", "old" * 10)
+    while log.segment_count == 2:
+        _put(log, f"b{log.log_end_offset}", "keep" * 10)
+    _put(log, "a", "new")
+    while log.segment_count == 3:
+        _put(log, f"c{log.log_end_offset}", "keep" * 10)
+    log.flush()
+    clean_log(log, NOW, force=True)
+    log.apply_retention(NOW)
+    assert log.log_start_offset < log.segments[0].base_offset  # the precondition: a start in the gap
+    kept: list[int] = []
+    offset = log.log_start_offset
+    while data := log.read(offset, 10_000):
+        headers = validate_batches(data)
+        kept += [header.base_offset for header in headers]
+        offset = headers[-1].last_offset + 1
+    assert kept == [header.base_offset for segment in log.segments for header, _ in segment.batches()]
+    log.close()

@@ -362,7 +362,10 @@ class PartitionLog:
         limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
         if offset >= limit:  # the common case of a consumer waiting at the end
             return NOTHING_FETCHED
-        first = bisect_right(self._segments, offset, key=_base_offset) - 1
+        # An offset below the first segment (in a gap that cleaning left, which retention or
+        # DeleteRecords put the log start in) reads from the first batch after it, as in Kafka;
+        # -1 would read the active segment alone and skip the rest.
+        first = max(bisect_right(self._segments, offset, key=_base_offset) - 1, 0)
         for segment in self._segments[first:]:
             if segment.base_offset >= limit:
                 break
