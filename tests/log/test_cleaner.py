@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import decode_records, encode_batch, encode_control_batch, validate_batches
-from onceflow.log.cleaner import clean_log, plan_cleaning, write_cleaned_segments
+from onceflow.log.cleaner import clean_log, plan_cleaning, swap_in, write_cleaned_segments
 from onceflow.log.errors import LogAppendError, ProducerStateError
 from onceflow.log.log import PartitionLog
 from onceflow.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX, rename_files
-from tests.log.helpers import append, open_log
+from tests.log.helpers import append, open_log, read_all
 
 NOW = 10_000_000
 COMPACT = {"cleanup_policy": "compact", "segment_bytes": 400, "delete_retention_ms": 1000}
@@ -261,3 +261,24 @@ def test_a_read_from_a_log_start_in_a_gap_cleaning_left_reads_the_first_segment(
         offset = headers[-1].last_offset + 1
     assert kept == [header.base_offset for segment in log.segments for header, _ in segment.batches()]
     log.close()
+
+
+def test_a_truncation_while_a_clean_is_written_keeps_its_copies_out(tmp_path: Path) -> None:
+    # A follower's truncation on the event loop, between the cleaner thread's copy and its swap:
+    # the copy of the segment it cut would bring back what it cut.
+    log = open_log(tmp_path, cleanup_policy="compact", segment_bytes=400, delete_retention_ms=1000)
+    while log.segment_count == 1:
+        _put(log, f"k{log.log_end_offset}", "v" * 30)
+    _put(log, "x", "y")
+    log.flush()
+    plan = plan_cleaning(log, NOW, force=True)
+    assert plan is not None
+    written = write_cleaned_segments(plan)
+    log.truncate_to(2, NOW)
+    swap_in(plan, written)
+    assert [header.base_offset for header in read_all(log, 0)] == [0, 1]
+    assert _put(log, "new", "leader data") == 2
+    log.close()
+    reopened = open_log(tmp_path, cleanup_policy="compact", segment_bytes=400)
+    assert reopened.log_end_offset == 3
+    reopened.close()

@@ -43,6 +43,7 @@ class CleaningPlan:
     aborted: dict[int, list[tuple[int, int]]]
     # Producer id -> last offset of its last batch: that batch is never removed.
     producer_last_offsets: dict[int, int]
+    truncations: int  # the log's, when planned: a truncation since voids the plan
 
 
 @dataclass
@@ -81,7 +82,7 @@ def plan_cleaning(log: PartitionLog, now_ms: int, force: bool = False) -> Cleani
         if entry.batches
     }
     log.cleaning = True
-    return CleaningPlan(log, segments, end_offset, now_ms, aborted, producer_last_offsets)
+    return CleaningPlan(log, segments, end_offset, now_ms, aborted, producer_last_offsets, log.truncations)
 
 
 def write_cleaned_segments(plan: CleaningPlan) -> CleaningResult:
@@ -104,13 +105,14 @@ def write_cleaned_segments(plan: CleaningPlan) -> CleaningResult:
 
 def swap_in(plan: CleaningPlan, result: CleaningResult) -> CleaningResult:
     """Step 3, on the appending thread. A segment that retention or a topic deletion took
-    away meanwhile is left alone (its cleaned copy is deleted)."""
+    away meanwhile is left alone (its cleaned copy is deleted); after a truncation (a
+    follower's) every one is: a copy would bring back what it cut."""
     log = plan.log
     for _, cleaned in result.written:
         cleaned.close()  # written and fsynced; the swapped-in segment opens the files anew
     try:
         for old, cleaned in result.written:
-            if log.closed or old not in log.segments:
+            if log.closed or old not in log.segments or log.truncations != plan.truncations:
                 with contextlib.suppress(OSError):
                     cleaned.delete_files()
                 continue

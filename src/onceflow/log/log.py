@@ -111,6 +111,11 @@ class PartitionLog:
         return self._closed
 
     @property
+    def truncations(self) -> int:
+        """How many times the log was cut at its end (a follower's truncation) or emptied."""
+        return self._truncations
+
+    @property
     def segments(self) -> tuple[LogSegment, ...]:
         return tuple(self._segments)
 
