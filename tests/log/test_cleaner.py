@@ -282,3 +282,22 @@ def test_a_truncation_while_a_clean_is_written_keeps_its_copies_out(tmp_path: Pa
     reopened = open_log(tmp_path, cleanup_policy="compact", segment_bytes=400)
     assert reopened.log_end_offset == 3
     reopened.close()
+
+
+def test_nothing_above_the_high_watermark_is_cleaned(tmp_path: Path) -> None:
+    # k=v1 below it, k=v2 above it (acks=1, not yet on the followers): cleaning away v1, then
+    # a leader change cutting the log at the high watermark, would leave no k at all.
+    log = open_log(tmp_path, cleanup_policy="compact", segment_bytes=400, delete_retention_ms=1000)
+    _put(log, "k", "v1")
+    while log.segment_count == 1:
+        _put(log, f"filler{log.log_end_offset}", "x" * 30)
+    high_watermark = log.log_end_offset
+    _put(log, "k", "v2")
+    while log.segment_count == 2:
+        _put(log, f"more{log.log_end_offset}", "x" * 30)
+    log.flush()
+    clean_log(log, NOW, force=True, below=high_watermark)
+    assert [value for _, key, value in _records(log) if key == "k"] == ["v1", "v2"]
+    clean_log(log, NOW, force=True)  # the control, without the bound: v1 goes
+    assert [value for _, key, value in _records(log) if key == "k"] == ["v2"]
+    log.close()

@@ -729,12 +729,13 @@ class Broker:
         backoff_s = self.config.get_int("log.cleaner.backoff.ms") / 1000
         while True:
             await asyncio.sleep(backoff_s)
-            for _, _, partition in self.logs.partitions():
-                await self._clean(partition)
+            for topic, index, partition in self.logs.partitions():
+                await self._clean(topic, index, partition)
 
-    async def _clean(self, partition: PartitionLog) -> None:
-        """Clean one partition if it is due: the writing on the cleaner's thread."""
-        plan = plan_cleaning(partition, now_ms())
+    async def _clean(self, topic: str, index: int, partition: PartitionLog) -> None:
+        """Clean one partition if it is due, below its high watermark: the writing on the
+        cleaner's thread."""
+        plan = plan_cleaning(partition, now_ms(), below=self.high_watermark(topic, index, partition))
         if plan is None:
             return
         loop = asyncio.get_running_loop()

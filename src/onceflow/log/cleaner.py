@@ -57,11 +57,14 @@ class CleaningResult:
     written: list[tuple[LogSegment, LogSegment]] = field(default_factory=list)  # (old, cleaned)
 
 
-def plan_cleaning(log: PartitionLog, now_ms: int, force: bool = False) -> CleaningPlan | None:
-    """What to clean now, or None. `force` ignores the dirty ratio (tests, the benchmark)."""
+def plan_cleaning(
+    log: PartitionLog, now_ms: int, force: bool = False, below: int | None = None
+) -> CleaningPlan | None:
+    """What to clean now, or None. `force` ignores the dirty ratio (tests, the benchmark);
+    `below`: the partition's high watermark (see `PartitionLog.cleanable_segments`)."""
     if not log.config.compact or log.closed or log.cleaning:
         return None
-    segments = log.cleanable_segments(now_ms)
+    segments = log.cleanable_segments(now_ms, below)
     if not segments:
         return None
     end_offset = log.segment_end(segments[-1])
@@ -143,9 +146,11 @@ def abandon(plan: CleaningPlan) -> None:
     plan.log.cleaning = False
 
 
-def clean_log(log: PartitionLog, now_ms: int, force: bool = False) -> CleaningResult | None:
+def clean_log(
+    log: PartitionLog, now_ms: int, force: bool = False, below: int | None = None
+) -> CleaningResult | None:
     """All three steps on the calling thread: for tests and the storage layer's own users."""
-    plan = plan_cleaning(log, now_ms, force)
+    plan = plan_cleaning(log, now_ms, force, below)
     if plan is None:
         return None
     try:

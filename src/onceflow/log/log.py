@@ -544,11 +544,15 @@ class PartitionLog:
 
     # -- log cleaning (the algorithm is in cleaner.py) ----------------------------------------
 
-    def cleanable_segments(self, now_ms: int) -> list[LogSegment]:
+    def cleanable_segments(self, now_ms: int, below: int | None = None) -> list[LogSegment]:
         """The oldest closed segments the cleaner may rewrite: wholly flushed, below every open
-        transaction, and older than min.compaction.lag.ms. Never the active segment."""
+        transaction and `below` (a replica's high watermark: a leader change may cut what is
+        above it, and a key's older value must then still be there), and older than
+        min.compaction.lag.ms. Never the active segment."""
         unstable = self.producer_state.first_unstable_offset()
         limit = min(self.flushed_offset, self.log_end_offset if unstable is None else unstable)
+        if below is not None:
+            limit = min(limit, below)
         closed = self._segments[:-1]
         cleanable = []
         for segment, following in zip(closed, self._segments[1:], strict=True):
