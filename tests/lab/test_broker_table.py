@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from onceflow.lab.broker_table import DISAGREES, NEVER_LOSES, NOT_TESTED, Row, problems, rows_to_run
+from onceflow.lab.broker_table import (
+    AGREES,
+    DISAGREES,
+    NEVER_LOSES,
+    NOT_TESTED,
+    Row,
+    problems,
+    rows_to_run,
+    settled,
+)
 
 
 @pytest.mark.zookeeper
@@ -104,3 +113,11 @@ def test_a_may_lose_row_that_lost_nothing_is_not_tested() -> None:
 def test_a_later_attempt_writes_to_topics_of_its_own() -> None:
     first, second = rows_to_run(), rows_to_run(2)
     assert [row.topic for row in second] == [f"{row.topic}-2" for row in first]
+
+
+def test_a_disagreement_is_kept_not_measured_again() -> None:
+    # A fault is injected again when one of its rows tested nothing; a row that disagreed in
+    # that attempt is a finding, and a clean second attempt must not replace it.
+    assert settled([{"verdict": DISAGREES}, {"verdict": NOT_TESTED}])
+    assert not settled([{"verdict": AGREES}, {"verdict": NOT_TESTED}])
+    assert settled([{"verdict": AGREES}, {"verdict": AGREES}])

@@ -99,7 +99,7 @@ def _producer(args: argparse.Namespace, preset: Preset, history: HistoryWriter, 
         if error is not None:
             history.record("fail", topic=args.topic, value=value, error=str(error))
         elif preset.transactional:
-            delivered[value] = (message.partition() or 0, message.offset())
+            delivered[value] = (message.partition() or 0, _offset(message))
         else:
             history.record(
                 "ack", topic=args.topic, value=value, partition=message.partition(), offset=_offset(message)
