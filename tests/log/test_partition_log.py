@@ -299,3 +299,16 @@ def test_a_followers_copy_is_taken_whatever_its_own_producer_state_says(tmp_path
     copied = log.append(gap, validate_batches(gap), 0, replicated=True)
     assert (copied.base_offset, copied.duplicate) == (5, False)
     log.close()
+
+
+def test_a_timestamp_lookup_starts_at_the_log_start(tmp_path: Path) -> None:
+    # DeleteRecords left the start inside a batch: an offset below it would be out of range
+    # for the consumer that asked, and its reset could skip what is left.
+    log = open_log(tmp_path)
+    for timestamp in (100, 200, 300):
+        append(log, make_batch(3, timestamp=timestamp))  # offsets 0-8, each batch's records +1 ms
+    log.delete_records_before(4)
+    assert log.offset_for_timestamp(0) == (4, 201)
+    assert log.offset_for_timestamp(200) == (4, 201)
+    assert log.offset_for_timestamp(202) == (5, 202)
+    log.close()

@@ -12,6 +12,7 @@ from onceflow import EmbeddedBroker
 from tests.wire import WireClient, make_batch, produce
 
 TOPIC = "wire-txn"
+MAX_TIMESTAMP = -3
 
 
 @pytest.fixture
@@ -94,6 +95,22 @@ def test_the_lso_holds_read_committed_back_until_the_marker(client: WireClient) 
     assert produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"pending")).base_offset == 1
     assert client.list_offset(TOPIC, 0, isolation_level=1) == 1
     assert client.list_offset(TOPIC, 0, isolation_level=0) == 2
+    # By timestamp too, read_committed finds nothing past the LSO (Kafka's last fetchable offset).
+    assert client.list_offset(TOPIC, 0, timestamp=0, isolation_level=1) == 0
+    assert client.list_offset(TOPIC, 0, timestamp=MAX_TIMESTAMP, isolation_level=1) in (-1, 0)
+    pending_at = (
+        client.request(
+            2,
+            7,
+            replica_id=-1,
+            isolation_level=1,
+            topics=[{"name": TOPIC, "partitions": [{"partition_index": 0, "timestamp": _newest_ms(client)}]}],
+        )
+        .topics[0]
+        .partitions[0]
+    )
+    # None, or the plain record when both were stamped in the same millisecond: never the pending one.
+    assert pending_at.offset in (-1, 0)
     fetched = client.fetch({TOPIC: [0]}, isolation_level=1)
     partition = fetched.responses[0].partitions[0]
     assert (partition.high_watermark, partition.last_stable_offset) == (2, 1)
@@ -102,6 +119,18 @@ def test_the_lso_holds_read_committed_back_until_the_marker(client: WireClient) 
     fetched = client.fetch({TOPIC: [0]}, isolation_level=1)
     aborted = fetched.responses[0].partitions[0].aborted_transactions
     assert [(entry.producer_id, entry.first_offset) for entry in aborted] == [(pid, 1)]
+
+
+def _newest_ms(client: WireClient) -> int:
+    """The timestamp of the partition's newest record, as read_uncommitted ListOffsets says."""
+    response = client.request(
+        2,
+        7,
+        replica_id=-1,
+        isolation_level=0,
+        topics=[{"name": TOPIC, "partitions": [{"partition_index": 0, "timestamp": MAX_TIMESTAMP}]}],
+    )
+    return int(response.topics[0].partitions[0].timestamp)
 
 
 def _markers(client: WireClient, topic: str, pid: int, epoch: int, commit: bool) -> ErrorCode:

@@ -95,7 +95,10 @@ def _lookup(log: PartitionLog, hw: int, timestamp: int, read_committed: bool) ->
     if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return -1, -1, _NO_EPOCH  # nothing is tiered
     found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
-    if found is None:
+    # As Kafka's: nothing a fetch could not read yet (past the high watermark, or the last
+    # stable offset for read_committed) is an answer.
+    readable = log.last_stable_offset(hw) if read_committed else hw
+    if found is None or found[0] >= readable:
         return -1, -1, _NO_EPOCH  # no record at or after that time: Kafka's empty answer
     offset, found_timestamp = found
     return found_timestamp, offset, LEADER_EPOCH

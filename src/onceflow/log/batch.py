@@ -205,17 +205,19 @@ def _read_varint(data: bytes, position: int) -> tuple[int, int]:
         shift += 7
 
 
-def first_record_at_or_after(batch: bytes, timestamp_ms: int) -> tuple[int, int] | None:
-    """(offset, timestamp) of the first record in `batch` whose timestamp is at least
-    `timestamp_ms` (Kafka answers ListOffsets by timestamp per record, not per batch)."""
+def first_record_at_or_after(batch: bytes, timestamp_ms: int, min_offset: int = 0) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record in `batch` at or after `min_offset` whose
+    timestamp is at least `timestamp_ms` (Kafka answers ListOffsets by timestamp per record,
+    not per batch)."""
     header = parse_batch_header(batch)
     if header.attributes & 0x08:  # LogAppendTime: every record has the batch's max timestamp
-        return (header.base_offset, header.max_timestamp) if header.max_timestamp >= timestamp_ms else None
+        first = max(header.base_offset, min_offset)
+        return (first, header.max_timestamp) if header.max_timestamp >= timestamp_ms else None
     return next(
         (
             (record.offset, record.timestamp)
             for record in decode_records(batch)
-            if record.timestamp >= timestamp_ms
+            if record.timestamp >= timestamp_ms and record.offset >= min_offset
         ),
         None,
     )

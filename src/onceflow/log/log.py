@@ -380,11 +380,11 @@ class PartitionLog:
         return NOTHING_FETCHED
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(base offset, max timestamp) of the first batch whose max timestamp is at least
-        `timestamp_ms`, or None when there is none."""
+        """(offset, timestamp) of the first record at or after the log start whose timestamp is
+        at least `timestamp_ms`, or None when there is none."""
         for segment in self._segments:
-            if segment.max_timestamp >= timestamp_ms:
-                found = segment.find_timestamp(timestamp_ms)
+            if segment.max_timestamp >= timestamp_ms and segment.next_offset > self.log_start_offset:
+                found = segment.find_timestamp(timestamp_ms, self.log_start_offset)
                 if found is not None:
                     return found
         return None

@@ -323,16 +323,16 @@ class LogSegment:
         records = data if start == 0 and end == len(data) else data[start:end]
         return FetchedBatches(records, parse_batch_header(data, last).last_offset + 1)
 
-    def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record whose timestamp is at least `timestamp`,
-        found through the time index and then record by record in the first batch whose
-        max timestamp reaches it."""
+    def find_timestamp(self, timestamp: int, min_offset: int = 0) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `min_offset` (the log start)
+        whose timestamp is at least `timestamp`, found through the time index and then record
+        by record in the first batch whose max timestamp reaches it."""
         offset = self.time_index.offset_before(timestamp)
-        entry = self.index.lookup(offset) if offset is not None else None
+        entry = self.index.lookup(max(offset, min_offset)) if offset is not None else None
         for position, header in self._scan(entry[1] if entry else 0, self.size):
-            if header.max_timestamp >= timestamp:
+            if header.max_timestamp >= timestamp and header.last_offset >= min_offset:
                 batch = os.pread(self._fd, header.size, position)
-                found = first_record_at_or_after(batch, timestamp)
+                found = first_record_at_or_after(batch, timestamp, min_offset)
                 if found is not None:
                     return found
         return None
