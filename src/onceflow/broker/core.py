@@ -116,7 +116,10 @@ class Broker:
         self.transactions = TransactionCoordinator(
             PartitionCoordinatorLog.open(self.logs, TRANSACTION_LOG, txn_log_config),
             BrokerTransactionPartitions(
-                self.logs, self.groups, ClusterMarkers(self) if self.cluster is not None else None
+                self.logs,
+                self.groups,
+                ClusterMarkers(self) if self.cluster is not None else None,
+                self.partition_exists,
             ),
             self.producer_ids.allocate,
             config.get_int("transaction.max.timeout.ms"),

@@ -8,7 +8,7 @@ does the writing: on one broker by appending, in a cluster by asking each partit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from onceflow.broker.txn_markers import COORDINATOR_EPOCH, ClusterMarkers
 from onceflow.coordinator.group import GroupCoordinator
@@ -19,15 +19,18 @@ from onceflow.log.manager import LogManager
 
 
 class BrokerTransactionPartitions:
-    def __init__(self, logs: LogManager, groups: GroupCoordinator, cluster: ClusterMarkers | None) -> None:
+    def __init__(
+        self,
+        logs: LogManager,
+        groups: GroupCoordinator,
+        cluster: ClusterMarkers | None,
+        exists: Callable[[TopicPartition], bool],
+    ) -> None:
+        """`exists`: whether a partition exists (`Broker.partition_exists`)."""
         self._logs = logs
         self._groups = groups
         self._cluster = cluster
-
-    def has_partition(self, partition: TopicPartition) -> bool:
-        if self._cluster is not None:
-            return self._cluster.has_partition(partition)
-        return self._logs.get(*partition) is not None
+        self.has_partition = exists
 
     def write_marker(
         self, partition: TopicPartition, producer_id: int, producer_epoch: int, commit: bool, now_ms: int

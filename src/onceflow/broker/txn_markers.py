@@ -88,11 +88,6 @@ class ClusterMarkers:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def has_partition(self, partition: TopicPartition) -> bool:
-        assert self._broker.cluster is not None
-        assignment = self._broker.cluster.view.topics.get(partition[0])
-        return assignment is not None and 0 <= partition[1] < len(assignment.replicas)
-
     def write(
         self, partition: TopicPartition, producer_id: int, producer_epoch: int, commit: bool
     ) -> asyncio.Task[None]:
@@ -111,7 +106,7 @@ class ClusterMarkers:
             # Before this broker has joined (phase two resumed at a start) its view is empty,
             # which says nothing of the partition yet.
             joined = bool(cluster.view.brokers)
-            if joined and not self.has_partition(partition):
+            if joined and not self._broker.partition_exists(partition):
                 return  # deleted meanwhile: nothing left to mark
             code = ErrorCode.broker_not_available
             if joined:
