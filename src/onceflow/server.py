@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from onceflow.apis import HANDLERS, Request, dispatch, is_supported
 from onceflow.apis.api_versions import unsupported_version_response
-from onceflow.apis.common import Stamps
+from onceflow.apis.common import Ordered, Stamps
 from onceflow.broker.core import Broker
 from onceflow.broker.metrics import STAGE_FSYNC_TO_ANSWER, Metrics
 from onceflow.protocol.codec import OWN_PIECE_BYTES, encode_response_pieces
@@ -134,9 +134,11 @@ class BrokerServer:
                 await replies.room.wait()  # at most MAX_IN_FLIGHT_PER_CONNECTION started
                 if replies.failed:
                     break
-                reply = self._reply_to(*arrived)
+                reply, done_changing = self._reply_to(*arrived)
                 if reply is not None:
                     replies.add(reply)
+                if done_changing is not None:
+                    await done_changing
         except ProtocolError as error:
             log.info("closing connection from %s: %s", peer, error)
         except Exception:
@@ -155,18 +157,22 @@ class BrokerServer:
 
     def _reply_to(
         self, event: RequestReceived | UnsupportedApiVersionsRequest, received: float
-    ) -> _Reply | None:
+    ) -> tuple[_Reply | None, Awaitable[None] | None]:
+        """The reply to queue, and what must be done before the next request is dispatched."""
         if isinstance(event, UnsupportedApiVersionsRequest):
-            return event.correlation_id, unsupported_version_response(), None
+            return (event.correlation_id, unsupported_version_response(), None), None
         if not is_supported(event.api_key, event.api_version):
             if event.api_key == 18:
-                return event.correlation_id, unsupported_version_response(), None
+                return (event.correlation_id, unsupported_version_response(), None), None
             raise ProtocolError(f"api {event.api_key} v{event.api_version} is not supported")
         started = time.perf_counter()
         stamps = Stamps(received)
         reply = dispatch(
             Request(self.broker, event.api_key, event.api_version, event.header, event.body, stamps)
         )
+        done_changing = None
+        if isinstance(reply, Ordered):
+            reply, done_changing = reply
         if isinstance(reply, Awaitable):
             # Start waiting now, so that fsyncs of pipelined requests are shared.
             reply = asyncio.ensure_future(reply)
@@ -174,8 +180,8 @@ class BrokerServer:
         else:
             self.broker.metrics.request_finished(event.api_key, API_NAMES[event.api_key], started, reply)
         if reply is None:
-            return None
-        return event.correlation_id, reply, stamps
+            return None, done_changing
+        return (event.correlation_id, reply, stamps), done_changing
 
     def _reply_done(self, api_key: int, started: float, reply: asyncio.Future[Any]) -> None:
         response = None if reply.cancelled() or reply.exception() is not None else reply.result()

@@ -150,7 +150,6 @@ def test_metadata_reports_every_operation_as_allowed_when_asked(broker: Embedded
         ({"cleanup.policy": "tidy"}, "String must be one of"),
         ({"preallocate": "maybe"}, "either true or false"),
         ({"min.cleanable.dirty.ratio": "1.5"}, "no more than 1"),
-        ({"compression.type": "zstd"}, "does not recompress"),
         ({"message.timestamp.type": "LogAppendTime"}, "does not support LogAppendTime"),
         ({"segment.ms": "60000"}, "rolls segments by size only"),
     ],

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import decode_records, encode_batch, encode_control_batch, validate_batches
 from onceflow.log.cleaner import clean_log, plan_cleaning, swap_in, write_cleaned_segments
-from onceflow.log.errors import LogAppendError, ProducerStateError
+from onceflow.log.errors import ProducerStateError
 from onceflow.log.log import PartitionLog
 from onceflow.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX, rename_files
 from tests.log.helpers import append, open_log, read_all
@@ -131,16 +131,6 @@ def test_producer_state_survives_cleaning_and_a_restart_without_snapshots(tmp_pa
     with pytest.raises(ProducerStateError) as refused:
         append(log, encode_batch([(b"k", b"gap")], NOW, 5, 0, 9), NOW)
     assert refused.value.error_code == ErrorCode.out_of_order_sequence_number
-
-
-def test_a_compacted_log_refuses_records_without_a_key(tmp_path: Path) -> None:
-    log = open_log(tmp_path, **COMPACT)
-    with pytest.raises(LogAppendError) as refused:
-        append(log, encode_batch([(b"k", b"1"), (None, b"2")], NOW), NOW)
-    assert refused.value.error_code == ErrorCode.invalid_record
-    assert log.log_end_offset == 0
-    plain = open_log(tmp_path / "plain")
-    assert append(plain, encode_batch([(None, b"2")], NOW), NOW).base_offset == 0
 
 
 def test_retention_leaves_a_compact_only_log_alone(tmp_path: Path) -> None:

@@ -16,6 +16,15 @@ from onceflow.protocol.build import build
 from onceflow.protocol.codec import response_type
 
 
+class Ordered(NamedTuple):
+    """A reply whose request must finish changing the broker's state (a Produce's appends)
+    before the connection's next request is dispatched: a Produce validated off the event loop
+    keeps the producer's order. Other connections are served meanwhile."""
+
+    reply: Awaitable[Any]
+    done_changing: Awaitable[None]
+
+
 class VersionRange(NamedTuple):
     min: int
     max: int

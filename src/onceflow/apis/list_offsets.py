@@ -12,6 +12,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
+from onceflow.log.batch import CorruptRecordError
 from onceflow.log.log import PartitionLog
 
 API_KEY = 2
@@ -41,7 +42,9 @@ _NO_EPOCH = -1
 
 def handle(request: Request) -> Any:
     logs = request.broker.logs
+    read_committed = request.body.isolation_level == READ_COMMITTED
     topics = []
+    searches: list[tuple[dict[str, Any], PartitionLog, int, int]] = []  # by time, off the loop
     for topic in request.body.topics:
         partitions = []
         for wanted in topic.partitions:
@@ -50,30 +53,51 @@ def handle(request: Request) -> Any:
                 continue
             log = logs.get(topic.name, wanted.partition_index)
             if request.broker.leader_elsewhere(topic.name, wanted.partition_index):
-                partitions.append(
-                    {
-                        "partition_index": wanted.partition_index,
-                        "error_code": ErrorCode.not_leader_or_follower,
-                    }
-                )
+                partitions.append(_error(wanted.partition_index, ErrorCode.not_leader_or_follower))
                 continue
             if log is None:
                 partitions.append(_error(wanted.partition_index, ErrorCode.unknown_topic_or_partition))
                 continue
             hw = request.broker.high_watermark(topic.name, wanted.partition_index, log)
-            read_committed = request.body.isolation_level == READ_COMMITTED
-            timestamp, offset, leader_epoch = _lookup(log, hw, wanted.timestamp, read_committed)
-            partitions.append(
-                {
-                    "partition_index": wanted.partition_index,
-                    "error_code": ErrorCode.none,
-                    "timestamp": timestamp,
-                    "offset": offset,
-                    "leader_epoch": leader_epoch,
-                }
-            )
+            # As Kafka's: nothing a fetch could not read yet (past the high watermark, or the
+            # last stable offset for read_committed) is an answer.
+            readable = log.last_stable_offset(hw) if read_committed else hw
+            answer: dict[str, Any] = {"partition_index": wanted.partition_index, "error_code": ErrorCode.none}
+            found = _special(log, readable, wanted.timestamp)
+            if found is None:
+                searches.append((answer, log, wanted.timestamp, readable))
+            else:
+                answer.update(found)
+            partitions.append(answer)
         topics.append({"name": topic.name, "partitions": partitions})
+    if searches:
+        return _after_searches(request, searches, topics)
     return request.respond(throttle_time=0, topics=topics)
+
+
+async def _after_searches(
+    request: Request, searches: list[tuple[dict[str, Any], PartitionLog, int, int]], topics: list[Any]
+) -> Any:
+    """Searches by timestamp read and decode whole batches: on the broker's record thread, with
+    the segments kept open meanwhile."""
+    for answer, log, timestamp, readable in searches:
+        log.pin_segments()
+        try:
+            found = await request.broker.run_record_work(_search, log, timestamp)
+        except CorruptRecordError:
+            answer["error_code"] = ErrorCode.corrupt_message
+            continue
+        finally:
+            log.unpin_segments()
+        if found is None or found[0] >= readable:
+            answer.update(timestamp=-1, offset=-1, leader_epoch=_NO_EPOCH)  # Kafka's empty answer
+        else:
+            answer.update(timestamp=found[1], offset=found[0], leader_epoch=LEADER_EPOCH)
+    return request.respond(throttle_time=0, topics=topics)
+
+
+def _search(log: PartitionLog, timestamp: int) -> tuple[int, int] | None:
+    return log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
 
 
 def _supported(timestamp: int, version: int) -> bool:
@@ -87,18 +111,12 @@ def _error(partition: int, code: ErrorCode) -> dict[str, Any]:
     return {"partition_index": partition, "error_code": code}
 
 
-def _lookup(log: PartitionLog, hw: int, timestamp: int, read_committed: bool) -> tuple[int, int, int]:
+def _special(log: PartitionLog, readable: int, timestamp: int) -> dict[str, int] | None:
+    """The answer to a special timestamp (latest, earliest, tiered); None for a search by time."""
     if timestamp == LATEST:
-        return -1, log.last_stable_offset(hw) if read_committed else hw, LEADER_EPOCH
+        return {"timestamp": -1, "offset": readable, "leader_epoch": LEADER_EPOCH}
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        return -1, log.log_start_offset, LEADER_EPOCH
+        return {"timestamp": -1, "offset": log.log_start_offset, "leader_epoch": LEADER_EPOCH}
     if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
-        return -1, -1, _NO_EPOCH  # nothing is tiered
-    found = log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
-    # As Kafka's: nothing a fetch could not read yet (past the high watermark, or the last
-    # stable offset for read_committed) is an answer.
-    readable = log.last_stable_offset(hw) if read_committed else hw
-    if found is None or found[0] >= readable:
-        return -1, -1, _NO_EPOCH  # no record at or after that time: Kafka's empty answer
-    offset, found_timestamp = found
-    return found_timestamp, offset, LEADER_EPOCH
+        return {"timestamp": -1, "offset": -1, "leader_epoch": _NO_EPOCH}  # nothing is tiered
+    return None

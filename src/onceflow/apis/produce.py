@@ -13,19 +13,28 @@ v13 names topics by id (KIP-516).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, leader_endpoints, topic_name
+from onceflow.apis.common import Ordered, Request, leader_endpoints, topic_name
 from onceflow.broker.core import now_ms
 from onceflow.broker.metrics import STAGE_DECODE_TO_APPEND, STAGE_FSYNC_WAIT
 from onceflow.coordinator.runtime import is_internal
 from onceflow.log.batch import BatchHeader, CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
+from onceflow.log.validator import (
+    LIGHT_INFLATED_BYTES,
+    InflatesPastCap,
+    RecordErrors,
+    ValidatedBatch,
+    is_heavy,
+    validate_client_batch,
+)
 
 API_KEY = 0
 MIN_VERSION = 3
@@ -38,10 +47,10 @@ _VALID_ACKS = (-1, 0, 1)
 
 def handle(request: Request) -> Any:
     body = request.body
-    acks = body.acks
     appended: list[PartitionLog] = []
     responses = []
     answered: list[dict[str, Any]] = []
+    heavy: list[tuple[dict[str, Any], _Checked]] = []  # validated off the event loop, then appended
     for topic in body.topic_data:
         name = topic_name(
             request,
@@ -51,16 +60,68 @@ def handle(request: Request) -> Any:
         )
         partitions = []
         for data in topic.partition_data:
+            result: dict[str, Any] = {"index": data.index}
             if name is None:
-                result = _error(ErrorCode.unknown_topic_id, f"no topic has the id {topic.topic_id}")
+                result.update(_error(ErrorCode.unknown_topic_id, f"no topic has the id {topic.topic_id}"))
             else:
-                result = _produce_partition(request, acks, name, data.index, data.records, appended)
-            partitions.append({"index": data.index, **result})
+                checked = _check_partition(request, name, data.index, data.records)
+                if isinstance(checked, dict):
+                    result.update(checked)
+                elif checked.heavy:
+                    heavy.append((result, checked))
+                else:
+                    result.update(_append(request, checked, appended))
+            partitions.append(result)
         answered += partitions
         responses.append(
             {"name": name, "topic_id": getattr(topic, "topic_id", None), "partition_responses": partitions}
         )
+    if heavy:
+        done_appending: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        reply = asyncio.ensure_future(
+            _after_heavy_validation(request, heavy, appended, responses, answered, done_appending)
+        )
+        return Ordered(reply, done_appending)
+    return _answer(request, appended, responses, answered)
+
+
+async def _after_heavy_validation(
+    request: Request,
+    heavy: list[tuple[dict[str, Any], _Checked]],
+    appended: list[PartitionLog],
+    responses: list[dict[str, Any]],
+    answered: list[dict[str, Any]],
+    done_appending: asyncio.Future[None],
+) -> Any:
+    """Validate the heavy batches on the broker's record thread, then append them on the event
+    loop; the connection's next request waits for the appends (its batches come after these)."""
+    try:
+        for result, checked in heavy:
+            try:
+                validated = await request.broker.run_record_work(
+                    validate_client_batch, checked.records, checked.header, checked.log.config
+                )
+            except LogError as error:
+                result.update(_refusal(error))
+                continue
+            if not checked.log.closed:
+                result.update(_append(request, checked._replace(validated=validated), appended))
+            else:
+                result.update(_error(ErrorCode.not_leader_or_follower, "the partition went away meanwhile"))
+    finally:
+        done_appending.set_result(None)
+    reply = _answer(request, appended, responses, answered)
+    return await reply if isinstance(reply, Awaitable) else reply
+
+
+def _answer(
+    request: Request,
+    appended: list[PartitionLog],
+    responses: list[dict[str, Any]],
+    answered: list[dict[str, Any]],
+) -> Any:
     appended_at = time.perf_counter()
+    acks = request.body.acks
     if appended:
         request.broker.appended(appended)
         request.broker.metrics.stage(STAGE_DECODE_TO_APPEND, appended_at - request.stamps.received)
@@ -135,15 +196,24 @@ _NOT_REPLICATED = {
 }
 
 
-def _produce_partition(
-    request: Request,
-    acks: int,
-    topic: str,
-    partition: int,
-    records: bytes | None,
-    appended: list[PartitionLog],
-) -> dict[str, Any]:
+class _Checked(NamedTuple):
+    """A partition's batch past the checks that need no record-level work."""
+
+    topic: str
+    partition: int
+    log: PartitionLog
+    records: bytes | bytearray | memoryview
+    header: BatchHeader
+    heavy: bool
+    validated: ValidatedBatch | None = None
+
+
+def _check_partition(
+    request: Request, topic: str, partition: int, records: bytes | None
+) -> _Checked | dict[str, Any]:
+    """The batch to validate and append, or the error that refuses it."""
     broker = request.broker
+    acks = request.body.acks
     if acks not in _VALID_ACKS:
         return _error(ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}")
     if is_internal(topic):
@@ -171,14 +241,29 @@ def _produce_partition(
         return _error(
             ErrorCode.invalid_record, "a v2 produce request carries exactly one batch per partition"
         )
-    batch = headers[0]
-    if batch.is_control:
+    header = headers[0]
+    if header.is_control:
         return _error(
             ErrorCode.invalid_record, "control batches are written by the transaction coordinator only"
         )
-    refused = _client_batch_error(batch)
-    if refused is not None:
-        return _error(ErrorCode.invalid_record, refused)
+    checked = _Checked(topic, partition, log, records, header, is_heavy(header, log.config))
+    if checked.heavy:
+        return checked
+    try:
+        validated = validate_client_batch(records, header, log.config, LIGHT_INFLATED_BYTES)
+    except InflatesPastCap:
+        return checked._replace(heavy=True)
+    except LogError as error:
+        return _refusal(error)
+    return checked._replace(validated=validated)
+
+
+def _append(request: Request, checked: _Checked, appended: list[PartitionLog]) -> dict[str, Any]:
+    """Append a validated batch (on the event loop): the answer's fields for its partition."""
+    broker = request.broker
+    validated = checked.validated
+    assert validated is not None
+    topic, partition, log, batch = checked.topic, checked.partition, checked.log, validated.header
     if batch.is_transactional and broker.coordinates_transactions:
         # A zombie's late batch must not land in a later transaction of the same id. A leader
         # that is not the coordinator cannot ask, as Kafka's could not before KIP-890: there the
@@ -187,17 +272,18 @@ def _produce_partition(
             batch.producer_id, batch.producer_epoch, (topic, partition)
         )
         if code != ErrorCode.none:
-            return _error(
-                code, f"producer {batch.producer_id} has no open transaction on {topic}-{partition}"
-            )
+            message = f"producer {batch.producer_id} has no open transaction on {topic}-{partition}"
+            return _error(code, message)
     try:
-        result = log.append(records, headers, now_ms(), leader_epoch=broker.leader_epoch(topic, partition))
+        result = log.append(
+            validated.records, [batch], now_ms(), leader_epoch=broker.leader_epoch(topic, partition)
+        )
     except LogError as error:
-        return _error(error.error_code, str(error))
+        return _refusal(error)
     # A duplicate is answered only once its original is durable, too.
     appended.append(log)
     if not result.duplicate:
-        broker.metrics.stored(topic, len(records), batch.record_count)
+        broker.metrics.stored(topic, len(validated.records), batch.record_count)
     return {
         "error_code": ErrorCode.none,
         "base_offset": result.base_offset,
@@ -206,18 +292,14 @@ def _produce_partition(
     }
 
 
-def _client_batch_error(batch: BatchHeader) -> str | None:
-    """What Kafka's LogValidator refuses in a client's batch, beyond its CRC: offsets are given
-    out by the last offset delta, so it must match the record count, and a batch with a
-    producer id must carry a sequence (the duplicate check matches on it)."""
-    if batch.record_count <= 0 or batch.record_count != batch.last_offset_delta + 1:
-        return (
-            f"the batch declares {batch.record_count} records but offsets for "
-            f"{batch.last_offset_delta + 1} (last offset delta {batch.last_offset_delta})"
-        )
-    if batch.producer_id >= 0 and batch.base_sequence < 0:
-        return f"producer {batch.producer_id}'s batch has no sequence number ({batch.base_sequence})"
-    return None
+def _refusal(error: LogError) -> dict[str, Any]:
+    refused = _error(error.error_code, str(error))
+    if isinstance(error, RecordErrors):
+        refused["record_errors"] = [
+            {"batch_index": index, "batch_index_error_message": message}
+            for index, message in error.record_errors
+        ]
+    return refused
 
 
 def _error(code: ErrorCode, message: str) -> dict[str, Any]:

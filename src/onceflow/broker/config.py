@@ -46,8 +46,14 @@ DEFAULTS: dict[str, str] = {
     "default.replication.factor": "1",
     "unclean.leader.election.enable": "false",
     "replica.lag.time.max.ms": "30000",
+    # The codec batches are stored in ("producer": as sent), and the levels of recompression.
+    "compression.type": "producer",
+    "compression.gzip.level": "-1",
+    "compression.lz4.level": "9",
+    "compression.zstd.level": "3",
 }
 _BOOLEANS = {"true": True, "false": False}
+_STRING_KEYS = frozenset({"cluster.id", "advertised.listeners", "zookeeper.connect", "compression.type"})
 
 
 class ConfigError(ValueError):
@@ -93,7 +99,7 @@ class BrokerConfig:
         ints: dict[str, int] = {}
         bools: dict[str, bool] = {}
         for key in DEFAULTS:
-            if key not in ("cluster.id", "advertised.listeners", "zookeeper.connect"):
+            if key not in _STRING_KEYS:
                 value = self.get(key)
                 if value in _BOOLEANS:
                     bools[key] = _BOOLEANS[value]

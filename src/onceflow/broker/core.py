@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FSYNC_THREADS = 4
+T = TypeVar("T")
 # What a replica fetcher follows: its leader's endpoint, and each partition's leader epoch.
 _Followed: TypeAlias = tuple[tuple[str, int], dict[tuple[str, int], int]]
 
@@ -150,6 +151,9 @@ class Broker:
         self.halted = asyncio.Event()
         # Cleaning reads and writes whole segments: one thread of its own, as Kafka's cleaner.
         self._cleaner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-cleaner")
+        # Record-level work too long for the event loop (a batch of many records to validate,
+        # a recompression, a ListOffsets search through large batches).
+        self._record_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-records")
         self._tasks: list[asyncio.Task[None]] = []
         # Cluster mode: the partitions this broker leads, a fetcher per leader it follows (with
         # what it follows there), the high watermarks it knows, and acks=all produces waiting.
@@ -217,6 +221,11 @@ class Broker:
         await asyncio.get_running_loop().run_in_executor(self._fsync_threads, close)
         self._fsync_threads.shutdown(wait=True)
         self._cleaner_thread.shutdown(wait=True)
+        self._record_thread.shutdown(wait=True)
+
+    def run_record_work(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`work(*args)` on the record thread: pure work on bytes it was given, never the logs."""
+        return asyncio.get_running_loop().run_in_executor(self._record_thread, work, *args)
 
     # -- transactions ----------------------------------------------------------
     def settle(self, reply: TxnReply[Any]) -> Awaitable[None]:

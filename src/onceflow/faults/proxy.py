@@ -62,6 +62,7 @@ from onceflow.protocol.codec import (
     peek_request_prefix,
     response_type,
 )
+from onceflow.records import RecordFields, RecordFormatError, scan_records
 
 _INT32 = struct.Struct(">i")
 PRODUCE, FETCH, METADATA, OFFSET_COMMIT, FIND_COORDINATOR, END_TXN, TXN_OFFSET_COMMIT = 0, 1, 3, 8, 10, 26, 28
@@ -450,32 +451,12 @@ def _produce_values(body: Any) -> list[str]:
 
 def _record_values(batch: bytes) -> list[str]:
     (count,) = _INT32.unpack_from(batch, _RECORDS_AT - 4)
-    position, values = _RECORDS_AT, []
-    for _ in range(count):
-        length, position = _varint(batch, position)
-        end = position + length
-        position += 1  # attributes
-        _timestamp_delta, position = _varint(batch, position)
-        _offset_delta, position = _varint(batch, position)
-        key_length, position = _varint(batch, position)
-        position += max(key_length, 0)
-        value_length, position = _varint(batch, position)
-        if value_length >= 0:
-            values.append(batch[position : position + value_length].decode(errors="replace"))
-        position = end
-    return values
-
-
-def _varint(data: bytes, position: int) -> tuple[int, int]:
-    """A zigzag varint, as record fields are written."""
-    shift = result = 0
-    while True:
-        byte = data[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), position
-        shift += 7
+    fields: list[RecordFields] = []
+    try:
+        scan_records(batch, _RECORDS_AT, count, fields=fields, produced=False)
+    except RecordFormatError:
+        return []  # the broker refuses such a batch: no value of it is ever stored
+    return [value.decode(errors="replace") for field in fields if (value := field.value(batch)) is not None]
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import cramjam
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
+
+from onceflow.records import RecordFields, RecordFormatError, decompress, scan_records
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
@@ -28,6 +29,7 @@ MAGIC = 2
 MAX_SEQUENCE = 2**31 - 1
 
 _TRANSACTIONAL_FLAG = 0x10
+_COMPRESSION_MASK = 0x07
 _CONTROL_FLAG = 0x20
 
 
@@ -163,46 +165,7 @@ def patch_partition_leader_epoch(buf: bytearray, pos: int, leader_epoch: int) ->
     _LEADER_EPOCH.pack_into(buf, pos + LOG_OVERHEAD, leader_epoch)
 
 
-# -- record-level reads (off the hot path: ListOffsets by timestamp) ---------------------------
-
-_COMPRESSION_MASK = 0x07
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER_SIZE = 16
-
-
-def _decompress(codec: int, data: bytes) -> bytes:
-    if codec == 0:
-        return data
-    if codec == 1:
-        return bytes(cramjam.gzip.decompress(data))
-    if codec == 2:
-        if data.startswith(_XERIAL_MAGIC):  # the Java client's framing: [length, raw block]*
-            blocks, position = [], _XERIAL_HEADER_SIZE
-            while position < len(data):
-                (length,) = struct.unpack_from(">i", data, position)
-                blocks.append(
-                    bytes(cramjam.snappy.decompress_raw(data[position + 4 : position + 4 + length]))
-                )
-                position += 4 + length
-            return b"".join(blocks)
-        return bytes(cramjam.snappy.decompress_raw(data))
-    if codec == 3:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec == 4:
-        return bytes(cramjam.zstd.decompress(data))
-    raise CorruptRecordError(f"unknown compression codec {codec}")
-
-
-def _read_varint(data: bytes, position: int) -> tuple[int, int]:
-    """A zigzag varint and the position after it."""
-    shift = result = 0
-    while True:
-        byte = data[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), position
-        shift += 7
+# -- record-level reads (ListOffsets by timestamp, the cleaner, the coordinators' replay) --------
 
 
 def first_record_at_or_after(batch: bytes, timestamp_ms: int, min_offset: int = 0) -> tuple[int, int] | None:
@@ -309,37 +272,39 @@ def control_batch_is_commit(batch: bytes) -> bool:
     return control_type == 1
 
 
-def decode_records(batch: bytes) -> list[Record]:
+def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     """Every record of one batch, decompressed when needed."""
     return [record for record, _ in decode_records_with_bytes(batch)]
 
 
-def decode_records_with_bytes(batch: bytes | bytearray) -> list[tuple[Record, bytes]]:
+def decode_records_with_bytes(batch: bytes | bytearray | memoryview) -> list[tuple[Record, bytes]]:
     """Every record of one batch with its encoded bytes (length prefix included), which stay
-    valid in any batch with the same base offset and base timestamp."""
+    valid in any batch with the same base offset and base timestamp. Bounded as a produced
+    batch's validation is (`onceflow.records`); CorruptRecordError when the records are bad."""
     header = parse_batch_header(batch)
+    fields: list[RecordFields] = []
+    codec = header.attributes & _COMPRESSION_MASK
+    data: bytes | memoryview = memoryview(batch)[: header.size]
     try:
-        data = _decompress(header.attributes & _COMPRESSION_MASK, bytes(batch[HEADER_SIZE : header.size]))
-        records = []
-        position = 0
-        for _ in range(header.record_count):
-            start = position
-            length, position = _read_varint(data, position)
-            next_record = position + length
-            timestamp_delta, position = _read_varint(data, position + 1)
-            offset_delta, position = _read_varint(data, position)
-            key, position = _read_bytes(data, position)
-            value, position = _read_bytes(data, position)
-            record = Record(
-                header.base_offset + offset_delta, header.base_timestamp + timestamp_delta, key, value
-            )
-            records.append((record, data[start:next_record]))
-            position = next_record
-    except (IndexError, struct.error, cramjam.DecompressionError) as error:
+        if codec:
+            data = decompress(codec, data[HEADER_SIZE:])
+        scan_records(data, 0 if codec else HEADER_SIZE, header.record_count, fields=fields, produced=False)
+    except RecordFormatError as error:
         raise CorruptRecordError(
             f"cannot read the records of the batch at {header.base_offset}: {error}"
         ) from error
-    return records
+    return [
+        (
+            Record(
+                header.base_offset + field.offset_delta,
+                header.base_timestamp + field.timestamp_delta,
+                field.key(data),
+                field.value(data),
+            ),
+            bytes(data[field.start : field.end]),
+        )
+        for field in fields
+    ]
 
 
 def rebuild_batch(header: BatchHeader, encoded_records: list[bytes]) -> bytearray:
@@ -368,10 +333,3 @@ def rebuild_batch(header: BatchHeader, encoded_records: list[bytes]) -> bytearra
     batch += body
     struct.pack_into(">I", batch, CRC_START - 4, crc32c(memoryview(batch)[CRC_START:]))
     return batch
-
-
-def _read_bytes(data: bytes, position: int) -> tuple[bytes | None, int]:
-    length, position = _read_varint(data, position)
-    if length < 0:
-        return None, position
-    return data[position : position + length], position + length

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 _INT32_MAX = 2**31 - 1
+# Kafka's compression.type values: a codec, or "producer" (keep the producer's).
+COMPRESSION_TYPES = ("uncompressed", "gzip", "snappy", "lz4", "zstd", "producer")
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,10 @@ class LogConfig:
     delete_retention_ms: int = 86_400_000
     min_compaction_lag_ms: int = 0
     min_cleanable_dirty_ratio: float = 0.5
+    # The codec the broker stores batches in (Kafka's topic `compression.type`); "producer":
+    # as the producer sent them.
+    compression_type: str = "producer"
+    compression_levels: tuple[tuple[str, int], ...] = ()  # (codec, level) set by the topic
 
     # Cached: appends ask for every batch (the frozen dataclass's fields never change).
     @functools.cached_property
@@ -64,6 +70,19 @@ class LogConfig:
         for name in ("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio"):
             if name in props:
                 changes["min_cleanable_dirty_ratio"] = _parse_ratio(name, props[name])
+        if "compression.type" in props:
+            codec = str(props["compression.type"]).strip()
+            if codec not in COMPRESSION_TYPES:
+                choices = ", ".join(COMPRESSION_TYPES)
+                raise ValueError(f"compression.type must be one of {choices}, got {codec!r}")
+            changes["compression_type"] = codec
+        levels = dict((base or cls()).compression_levels)
+        for codec in ("gzip", "lz4", "zstd"):
+            name = f"compression.{codec}.level"
+            if name in props:
+                levels[codec] = _parse_int(name, props[name])
+        if levels:
+            changes["compression_levels"] = tuple(sorted(levels.items()))
         return dataclasses.replace(base or cls(), **changes)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.log.batch import STORED_PREFIX_SIZE, BatchHeader, decode_records, stored_prefix
+from onceflow.log.batch import STORED_PREFIX_SIZE, BatchHeader, stored_prefix
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogReadError
 from onceflow.log.files import fsync_directory, write_atomically
@@ -181,8 +181,6 @@ class PartitionLog:
                 ErrorCode.invalid_record,
                 "batches with a producer id must be produced one per partition",
             )
-        if self.config.compact:
-            self._check_keys(records, headers)
         # A leader's copy is taken as it is, as Kafka's followers take it (no sequence checks for
         # a replication append): the leader checked it, and a follower whose producer state
         # differs (an expiry at another moment) must not refuse it and stop following.
@@ -294,22 +292,6 @@ class PartitionLog:
         for snapshot in list_snapshots(self.directory):
             snapshot.unlink()
         self._last_snapshot_offset = offset
-
-    def _check_keys(self, records: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
-        """A compacted topic keeps the last record per key, so every record needs one (Kafka's
-        LogValidator refuses the batch with INVALID_RECORD)."""
-        position = 0
-        for header in headers:
-            if not header.is_control and any(
-                record.key is None
-                for record in decode_records(bytes(records[position : position + header.size]))
-            ):
-                raise LogAppendError(
-                    ErrorCode.invalid_record,
-                    "Compacted topic cannot accept message without key in topic partition "
-                    f"{self.directory.name}.",
-                )
-            position += header.size
 
     def _record_completion(
         self, completed: CompletedTransaction, marker: bytes | bytearray | memoryview

@@ -87,6 +87,15 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         TopicKey("max.message.bytes", _I, _A, broker_key="message.max.bytes"),
         TopicKey("flush.ms", _L, _A, broker_key="log.flush.interval.ms", minimum=0),
         TopicKey("min.insync.replicas", _I, _A, broker_key="min.insync.replicas", minimum=1),
+        # Levels of the codec a topic recompresses to (compression.type).
+        *(
+            TopicKey(name, _I, _A, broker_key=name, minimum=low, maximum=high)
+            for name, low, high in (
+                ("compression.gzip.level", -1, 9),
+                ("compression.lz4.level", 1, 17),
+                ("compression.zstd.level", -131072, 22),
+            )
+        ),
         TopicKey("cleanup.policy", _LIST, _A, broker_key="log.cleanup.policy", choices=("delete", "compact")),
         TopicKey("delete.retention.ms", _L, _A, broker_key="log.cleaner.delete.retention.ms", minimum=0),
         TopicKey("min.compaction.lag.ms", _L, _A, broker_key="log.cleaner.min.compaction.lag.ms", minimum=0),
@@ -98,14 +107,12 @@ TOPIC_KEYS: dict[str, TopicKey] = {
             minimum=0,
             maximum=1,
         ),
-        # What the broker does is the default; anything else is refused.
         TopicKey(
             "compression.type",
             _S,
-            _O,
-            "producer",
+            _A,
+            broker_key="compression.type",
             choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
-            unsupported="this broker does not recompress; it stores batches as the producer sent them",
         ),
         TopicKey(
             "message.timestamp.type",
@@ -155,9 +162,6 @@ TOPIC_KEYS: dict[str, TopicKey] = {
             described=False,
         ),
         # Accepted, with nothing a client of a single plain broker could observe.
-        TopicKey("compression.gzip.level", _I, _N, "-1", minimum=-1, maximum=9),
-        TopicKey("compression.lz4.level", _I, _N, "9", minimum=1, maximum=17),
-        TopicKey("compression.zstd.level", _I, _N, "3", minimum=-131072, maximum=22),
         # The cleaner runs every log.cleaner.backoff.ms whatever the dirty ratio's age.
         TopicKey("max.compaction.lag.ms", _L, _N, LONG_MAX, minimum=1),
         TopicKey("file.delete.delay.ms", _L, _N, "60000", minimum=0),
