@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import resource
@@ -69,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
 
     add_fuzz_arguments(commands.add_parser("fuzz", help="fuzz a broker with mutated real client requests"))
 
+    log = commands.add_parser("log", help="check a data directory's logs (its broker stopped or not)")
+    log_commands = log.add_subparsers(dest="log_command", required=True)
+    check = log_commands.add_parser("check", help="read every batch, check its CRC, list what does not read")
+    check.add_argument("data_dir", type=Path, metavar="DIR")
+    check.add_argument("--json", action="store_true", help="the findings as JSON, one object per line")
+
     add_admin_commands(commands)
 
     args = parser.parse_args(argv)
@@ -84,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "broker":
             return _run_broker(args)
+        if args.command == "log":
+            return _check_logs(args.data_dir, args.json)
         if args.command == "demo":
             from onceflow.demo import run_demo
 
@@ -113,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run_broker(args: argparse.Namespace) -> int:
     from onceflow.broker.core import Broker
     from onceflow.cluster.errors import ClusterError
-    from onceflow.log.errors import LogError
+    from onceflow.log.errors import LogError, LogLoadError
     from onceflow.server import BrokerServer
 
     logging.basicConfig(
@@ -141,6 +150,8 @@ def _run_broker(args: argparse.Namespace) -> int:
             await server.start()
         except (LogError, OSError, ClusterError) as error:
             raise ConfigError(f"cannot start the broker: {error}") from error
+        except LogLoadError as error:
+            raise _CannotStart(str(error)) from error
         bound_host, bound_port = server.address
         print(f"onceflow broker listening on {bound_host}:{bound_port}", flush=True)
         if server.metrics_address is not None:
@@ -155,8 +166,52 @@ def _run_broker(args: argparse.Namespace) -> int:
         halted.cancel()
         await server.stop()
 
-    asyncio.run(serve())
+    try:
+        asyncio.run(serve())
+    except _CannotStart as error:
+        print(f"onceflow broker: cannot start: {error}", file=sys.stderr)
+        return 1
     return 0
+
+
+class _CannotStart(Exception):
+    """What is on disk stops the start (an unreadable file about the logs): one line, exit 1."""
+
+
+def _check_logs(data_dir: Path, as_json: bool) -> int:
+    """`onceflow log check DIR`: exit 0 when every batch reads, 1 when a corrupt stretch was found."""
+    from onceflow.log.check import SegmentsChecked, check_data_dir
+
+    if not data_dir.is_dir():
+        raise ConfigError(f"{data_dir} is not a directory")
+    checked = SegmentsChecked()
+    found = 0
+    for finding in check_data_dir(data_dir, checked):
+        found += 1
+        corrupt = finding.corrupt
+        end_offset = "the end" if corrupt.end_offset is None else str(corrupt.end_offset)
+        if as_json:
+            print(json.dumps({
+                "topic": finding.topic,
+                "partition": finding.partition,
+                "segment": finding.segment,
+                "position": corrupt.position,
+                "end_position": corrupt.end_position,
+                "first_offset": corrupt.first_offset,
+                "end_offset": corrupt.end_offset,
+            }))
+        else:
+            print(
+                f"{finding.topic}-{finding.partition} {finding.segment}: bytes {corrupt.position}-"
+                f"{corrupt.end_position} hold no readable batch "
+                f"(offsets {corrupt.first_offset} to {end_offset})"
+            )
+    summary = (
+        f"{checked.partitions} partitions, {checked.segments} segments, {checked.batches} batches "
+        f"({checked.bytes} bytes) read: {found} corrupt"
+    )
+    print(summary, file=sys.stderr if as_json else sys.stdout)
+    return 1 if found else 0
 
 
 def _raise_open_file_limit() -> None:

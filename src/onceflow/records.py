@@ -111,6 +111,8 @@ def scan_records(
     Reads no key or value: it skips them by their lengths. `keyless` collects the indexes of
     records without a key; `fields` where each record's parts are. Single-byte varints (nearly
     every field of a real record) are read inline: this runs for every record produced."""
+    if not isinstance(data, bytes):
+        data = memoryview(data).toreadonly()  # kio's native readers take read-only buffers only
     end = len(data)
     position = start
     index = 0

@@ -5,11 +5,18 @@ from typing import Any
 
 from onceflow.log.batch import BatchHeader, validate_batches
 from onceflow.log.config import LogConfig
+from onceflow.log.loader import Shutdown
 from onceflow.log.log import AppendResult, PartitionLog
 
 
-def open_log(directory: Path, recovery_point: int = 0, now_ms: int = 0, **config: Any) -> PartitionLog:
-    return PartitionLog.open(directory, LogConfig(**config), recovery_point, now_ms)
+def open_log(
+    directory: Path,
+    recovery_point: int = 0,
+    now_ms: int = 0,
+    shutdown: Shutdown = Shutdown.REBOOT,
+    **config: Any,
+) -> PartitionLog:
+    return PartitionLog.open(directory, LogConfig(**config), recovery_point, now_ms, shutdown)
 
 
 def append(log: PartitionLog, batch: bytearray, now_ms: int = 0) -> AppendResult:

@@ -79,6 +79,7 @@ class Broker:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(data_dir, config.log_config, now_ms())
+        self.logs.on_failure = self._halt
         self.cluster: ZooKeeperCluster | None = None
         self.fetch_sessions = FetchSessions()  # followers' (cluster mode)
         if config.get("zookeeper.connect"):
@@ -687,10 +688,14 @@ class Broker:
         """Halt, as Kafka does when its only log directory fails: nothing appended since the
         last good fsync is acknowledged, and a restart recovers from what is on disk."""
         where = getattr(partition, "directory", "a coordinator's log")
-        self.storage_failure = f"fsync of {where} failed: {error}"
-        log.critical(
-            "%s; halting: acknowledging anything now could acknowledge data not on disk", self.storage_failure
-        )
+        self._halt(f"fsync of {where} failed: {error}")
+
+    def _halt(self, reason: str) -> None:
+        """The log directory failed (a failed fsync, a write that could not be taken back)."""
+        if self.storage_failure is None:
+            self.storage_failure = reason
+            log.critical("%s; halting: acknowledging anything now could acknowledge data not on disk", reason)
+        self.logs.mark_failed()
         self.halted.set()
 
     def _wake_fetches(self, logs: Collection[DurableLog]) -> None:

@@ -65,6 +65,10 @@ class Metrics:
     def stage(self, stage: str, seconds: float) -> None:
         """One request spent `seconds` in `stage` (one of `STAGES`)."""
 
+    def storage_error(self, operation: str) -> None:
+        """A read or write of the logs failed with an I/O error during `operation` (an append,
+        a background task); its answer, if any, was KAFKA_STORAGE_ERROR."""
+
 
 class PrometheusMetrics(Metrics):
     def __init__(
@@ -131,6 +135,13 @@ class PrometheusMetrics(Metrics):
             registry=self.registry,
         )
         self._stage_children = {stage: stage_time.labels(stage) for stage in STAGES}
+        self._storage_errors = Counter(
+            "onceflow_storage_errors",
+            "I/O errors of the logs, by what failed: an append (answered KAFKA_STORAGE_ERROR) or a "
+            "background task (flush checkpoint, retention, snapshots, cleaning), which retries.",
+            ["operation"],
+            registry=self.registry,
+        )
         # labels() costs more than the increment it serves: resolve each child once.
         self._request_children: dict[int, tuple[Any, Any]] = {}
         self._error_children: dict[tuple[int, ErrorCode], Any] = {}
@@ -179,6 +190,9 @@ class PrometheusMetrics(Metrics):
     def stage(self, stage: str, seconds: float) -> None:
         self._stage_children[stage].observe(seconds)
 
+    def storage_error(self, operation: str) -> None:
+        self._storage_errors.labels(operation).inc()
+
 
 class _StateCollector(Collector):
     """Gauges read from the broker's state at scrape time (on the event loop, see server.py)."""
@@ -217,6 +231,19 @@ class _StateCollector(Collector):
         yield lso_lag
         yield from self._transaction_metrics()
         yield from self._group_metrics(high_watermarks)
+        yield self._corrupt_ranges()
+
+    def _corrupt_ranges(self) -> Metric:
+        corrupt = GaugeMetricFamily(
+            "onceflow_log_corrupt_ranges",
+            "Stretches of a partition's segments that hold no readable batch, found by recovery and "
+            "kept (reads there answer CORRUPT_MESSAGE; `onceflow log check` lists them).",
+            labels=["topic", "partition"],
+        )
+        for topic, partition, log in self._logs.partitions():
+            if found := log.corrupt_ranges:
+                corrupt.add_metric([topic, str(partition)], len(found))
+        return corrupt
 
     def _transaction_metrics(self) -> Iterator[Metric]:
         now_ms = int(time.time() * 1000)

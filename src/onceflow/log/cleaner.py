@@ -130,7 +130,7 @@ def swap_in(plan: CleaningPlan, result: CleaningResult) -> CleaningResult:
             rename_files(log.directory, base_offset, SWAP_SUFFIX, "")
             fsync_directory(log.directory)
             swapped = LogSegment.open(log.directory, base_offset)
-            swapped.recover(None, log.config.index_interval_bytes)
+            swapped.recover(None, log.config.index_interval_bytes, keep_corrupt=True)
             swapped.synced_size = swapped.size
             swapped.indexes_synced = True
             log.replace_segment(old, swapped)

@@ -22,6 +22,14 @@ class LogReadError(LogError):
     pass
 
 
+class LogDirectoryFailure(LogAppendError):
+    """A write failed and could not be taken back: the log's files and memory may disagree, so
+    the log directory goes offline (a broker with one directory halts, as Kafka's does)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.kafka_storage_error, message)
+
+
 class ProducerStateError(LogError):
     """An idempotent batch broke the epoch or sequence rules."""
 
@@ -61,3 +69,8 @@ class DataDirLockedError(_FixedCodeError):
     """Another process (or another LogManager) already owns the data directory."""
 
     code = ErrorCode.kafka_storage_error
+
+
+class LogLoadError(Exception):
+    """A log or a file about the logs cannot be read without guessing, or opened without deleting
+    data it must keep: start-up stops with this one line, which names the file."""

@@ -6,6 +6,7 @@ this returns."""
 
 from __future__ import annotations
 
+import enum
 import logging
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from onceflow.log.batch import BatchHeader
 from onceflow.log.config import LogConfig
+from onceflow.log.errors import LogLoadError
 from onceflow.log.files import fsync_directory
 from onceflow.log.producer_state import ProducerStateManager
 from onceflow.log.segment import (
@@ -26,7 +28,7 @@ from onceflow.log.segment import (
 )
 from onceflow.log.transaction_index import AbortedTransaction, aborted_entry
 
-__all__ = ["LoadedLog", "load_log"]
+__all__ = ["LoadedLog", "Shutdown", "load_log"]
 
 _log = logging.getLogger(__name__)
 
@@ -38,16 +40,26 @@ class LoadedLog:
     aborted: list[AbortedTransaction]  # ordered by marker offset
 
 
-def load_log(directory: Path, config: LogConfig, recovery_point: int, now_ms: int) -> LoadedLog:
+class Shutdown(enum.Enum):
+    """How the broker that last had the log stopped, which decides what recovery may cut."""
+
+    CLEAN = "clean"  # it flushed and closed everything: nothing to check (Kafka's clean shutdown)
+    CRASH = "crash"  # the process died, the machine did not: every write it made reached the page cache
+    REBOOT = "reboot"  # the machine restarted (or nobody knows): unflushed writes may be torn
+
+
+def load_log(
+    directory: Path, config: LogConfig, recovery_point: int, now_ms: int, shutdown: Shutdown = Shutdown.REBOOT
+) -> LoadedLog:
     """Open (or create) the segments in `directory`, recovering everything written at or
-    after `recovery_point` (the last offset known to be fsynced)."""
+    after `recovery_point` (the last offset known to be fsynced) as `shutdown` allows."""
     directory.mkdir(parents=True, exist_ok=True)
     if finish_interrupted_cleaning(directory):
         fsync_directory(directory)
     base_offsets = _discover_segments(directory)
     if base_offsets:
         segments = [LogSegment.open(directory, base) for base in base_offsets]
-        segments = _recover(segments, recovery_point, config.index_interval_bytes)
+        segments = _recover(segments, recovery_point, config.index_interval_bytes, shutdown)
     else:
         segments = [LogSegment.create(directory, 0)]
         fsync_directory(directory)
@@ -98,23 +110,36 @@ def _discover_segments(directory: Path) -> list[int]:
     return sorted(base_offsets)
 
 
-def _recover(segments: list[LogSegment], recovery_point: int, index_interval_bytes: int) -> list[LogSegment]:
-    """Trust the segments wholly below the one containing `recovery_point`; verify the rest
-    batch by batch and cut the log at the first torn or corrupt batch."""
+def _recover(
+    segments: list[LogSegment], recovery_point: int, index_interval_bytes: int, shutdown: Shutdown
+) -> list[LogSegment]:
+    """Trust the segments wholly below the one containing `recovery_point` (all of them after a
+    clean shutdown); verify the rest batch by batch, and cut the log where a crash may have torn
+    it (Kafka's recovery). What was fsynced is never cut: a corrupt stretch there is kept and
+    reported, and so is one between intact batches after a crash the machine survived."""
     base_offsets = [segment.base_offset for segment in segments]
     containing = max(bisect_right(base_offsets, recovery_point) - 1, 0)
     for i, segment in enumerate(segments):
+        trusted = shutdown is Shutdown.CLEAN or i < containing
         # Cleaned segments leave gaps, so a segment may start past the end of the last one.
         if i and segment.base_offset < segments[i - 1].next_offset:
+            if trusted:
+                raise LogLoadError(
+                    f"{segment.log_path} overlaps the segment before it, which ends at offset "
+                    f"{segments[i - 1].next_offset}; move one of them away to start"
+                )
             _log.error(
                 "%s: overlaps the segment before, which ends at %d; dropping it and the segments after it",
                 segment.log_path,
                 segments[i - 1].next_offset,
             )
             return _drop_segments(segments, i)
-        trusted = i < containing
         verify_from = None if trusted else recovery_point if i == containing else segment.base_offset
-        truncated = segment.recover(verify_from, index_interval_bytes)
+        last = i == len(segments) - 1
+        truncated = segment.recover(
+            verify_from, index_interval_bytes, shutdown is Shutdown.CRASH, keep_tail=not last
+        )
+        segment.end_corrupt_tail(recovery_point if last else segments[i + 1].base_offset)
         if trusted:
             segment.synced_size = segment.size
         else:

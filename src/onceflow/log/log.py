@@ -20,17 +20,17 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import STORED_PREFIX_SIZE, BatchHeader, stored_prefix
 from onceflow.log.config import LogConfig
-from onceflow.log.errors import LogAppendError, LogReadError
+from onceflow.log.errors import LogAppendError, LogDirectoryFailure, LogLoadError, LogReadError
 from onceflow.log.files import fsync_directory, write_atomically
 from onceflow.log.leader_epochs import LeaderEpochCache, LeaderEpochCheckpoint
-from onceflow.log.loader import load_log
+from onceflow.log.loader import Shutdown, load_log
 from onceflow.log.producer_state import (
-    CompletedTransaction,
     ProducerStateManager,
     list_snapshots,
     write_snapshot,
 )
-from onceflow.log.segment import MAX_RELATIVE_OFFSET, NOTHING_FETCHED, FetchedBatches, LogSegment
+from onceflow.log.scan import CorruptRange
+from onceflow.log.segment import MAX_RELATIVE_OFFSET, NOTHING_FETCHED, FetchedBatches, LogSegment, SegmentMark
 from onceflow.log.transaction_index import AbortedTransaction, aborted_entry
 
 _log = logging.getLogger(__name__)
@@ -96,12 +96,22 @@ class PartitionLog:
         self.cleaning = False
         self.first_dirty_offset = self.log_start_offset
         self.next_delete_horizon_ms: int | None = None  # when a kept tombstone or marker may go
+        # Called when a write leaves files and memory apart: the log directory goes offline.
+        self.on_failure: Callable[[str], None] = _log.critical
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, recovery_point: int, now_ms: int) -> PartitionLog:
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        recovery_point: int,
+        now_ms: int,
+        shutdown: Shutdown = Shutdown.REBOOT,
+    ) -> PartitionLog:
         """Open (or create) the log in `directory`, recovering everything written at or
-        after `recovery_point` (the last offset known to be fsynced); see `loader.py`."""
-        loaded = load_log(directory, config, recovery_point, now_ms)
+        after `recovery_point` (the last offset known to be fsynced) as the way the broker
+        stopped (`shutdown`) allows; see `loader.py`."""
+        loaded = load_log(directory, config, recovery_point, now_ms, shutdown)
         log = cls(directory, config, loaded.segments, loaded.producer_state, loaded.aborted)
         log._restore_log_start_offset()
         return log
@@ -200,29 +210,38 @@ class PartitionLog:
             offset += header.last_offset_delta + 1
             position += header.size
         last_offset = offset - 1
-
-        active = self._segments[-1]
-        if active.size and (
-            active.size + len(records) > self.config.segment_bytes
-            or last_offset - active.base_offset > MAX_RELATIVE_OFFSET
-        ):
-            active = self._roll()
+        # Everything an append changes is decided before anything is written, then written
+        # (the segment, the aborted transactions' index entries, new leader epochs), undone if
+        # any write fails, and only then applied: a reader never sees a marker without its index
+        # entry, nor state the files do not hold. What cannot be undone takes the log offline.
+        aborted = self._aborted_by(headers, base_offsets, view) if any(h.is_control for h in headers) else []
+        epochs = self.leader_epochs.entries
         try:
+            active = self._segment_for(len(records), last_offset)
+            if aborted:
+                active.txn_index.open()  # an append must not fail half-way for a descriptor
+            if replicated:
+                self._assign_epochs_of(headers, base_offsets)
+            before = active.mark()
             active.append(pieces, headers, base_offsets, self.config.index_interval_bytes)
         except OSError as exc:
+            self.leader_epochs.entries = epochs
+            message = f"{self.directory.name}: append failed: {exc}"
+            raise LogAppendError(ErrorCode.kafka_storage_error, message) from exc
+        entries_before = len(active.txn_index.entries)
+        try:
+            for entry in aborted:
+                active.txn_index.append(entry)
+        except OSError as exc:
+            self.leader_epochs.entries = epochs
+            self._undo_append(active, before, entries_before, exc)
             raise LogAppendError(
-                ErrorCode.kafka_storage_error, f"{active.log_path}: write failed: {exc}"
+                ErrorCode.kafka_storage_error, f"{active.txn_index.path}: write failed: {exc}"
             ) from exc
         self.log_end_offset = offset
         for header, batch_offset in zip(headers, base_offsets, strict=True):
-            if replicated and header.partition_leader_epoch > self.leader_epochs.latest_epoch:
-                self.assign_leader_epoch(header.partition_leader_epoch, batch_offset)
-        position = 0
-        for header, batch_offset in zip(headers, base_offsets, strict=True):
-            completed = self.producer_state.update(header, batch_offset, now_ms)
-            if completed is not None:
-                self._record_completion(completed, view[position : position + header.size])
-            position += header.size
+            self.producer_state.update(header, batch_offset, now_ms)
+        self._aborted += aborted
         return AppendResult(base_offset, last_offset)
 
     def epoch_start_offset(self, epoch: int) -> int:
@@ -293,16 +312,50 @@ class PartitionLog:
             snapshot.unlink()
         self._last_snapshot_offset = offset
 
-    def _record_completion(
-        self, completed: CompletedTransaction, marker: bytes | bytearray | memoryview
-    ) -> None:
-        """Index a transaction that its marker ended, if the marker is an ABORT."""
-        entry = aborted_entry(completed, marker, self.producer_state.first_unstable_offset())
-        if entry is None:
-            return
-        segment_index = bisect_right(self._segments, completed.marker_offset, key=_base_offset) - 1
-        self._segments[segment_index].txn_index.append(entry)
-        self._aborted.append(entry)
+    def _aborted_by(
+        self, headers: list[BatchHeader], base_offsets: list[int], records: memoryview
+    ) -> list[AbortedTransaction]:
+        """The index entries of the transactions that the ABORT markers among `headers` end."""
+        entries = []
+        positions = dict.fromkeys(base_offsets, 0)
+        position = 0
+        for header, base_offset in zip(headers, base_offsets, strict=True):
+            positions[base_offset] = position
+            position += header.size
+        for index, completed, unstable in self.producer_state.endings(headers, base_offsets):
+            at = positions[base_offsets[index]]
+            entry = aborted_entry(completed, records[at : at + headers[index].size], unstable)
+            if entry is not None:
+                entries.append(entry)
+        return entries
+
+    def _segment_for(self, size: int, last_offset: int) -> LogSegment:
+        """The segment an append of `size` bytes ending at `last_offset` goes to: the active one,
+        or a new one when it would outgrow segment.bytes or int32 relative offsets."""
+        active = self._segments[-1]
+        too_big = active.size + size > self.config.segment_bytes
+        if active.size and (too_big or last_offset - active.base_offset > MAX_RELATIVE_OFFSET):
+            return self._roll()
+        return active
+
+    def _assign_epochs_of(self, headers: list[BatchHeader], base_offsets: list[int]) -> None:
+        """A follower's copy: the leader epochs its batches begin, checkpointed (raises OSError)."""
+        for header, batch_offset in zip(headers, base_offsets, strict=True):
+            if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
+                self.assign_leader_epoch(header.partition_leader_epoch, batch_offset)
+
+    def _undo_append(self, segment: LogSegment, before: SegmentMark, entries: int, cause: OSError) -> None:
+        """Take back a segment write whose index entries could not be written; a log that cannot
+        be put back as it was is offline (LogDirectoryFailure)."""
+        try:
+            segment.undo_append(before)
+            segment.txn_index.truncate_entries(entries)
+        except OSError as exc:
+            failure = LogDirectoryFailure(
+                f"{self.directory.name}: an append failed ({cause}) and could not be taken back ({exc})"
+            )
+            self.on_failure(failure.message)
+            raise failure from exc
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -324,8 +377,12 @@ class PartitionLog:
 
     def _roll(self) -> LogSegment:
         segment = LogSegment.create(self.directory, self.log_end_offset)
-        # The state as of the new segment's base bounds the replay after a crash.
-        self.producer_state.take_snapshot(self.directory, self.log_end_offset)
+        # The state as of the new segment's base bounds the replay after a crash; without it a
+        # restart replays from an older snapshot, so a full disk must not stop the roll.
+        try:
+            self.producer_state.take_snapshot(self.directory, self.log_end_offset)
+        except OSError as error:
+            _log.warning("%s: no producer snapshot: %s", segment.log_path, error)
         # Replace, not mutate: a concurrent flush iterates its own copy.
         self._segments = [*self._segments, segment]
         self._segments_created += 1
@@ -381,6 +438,11 @@ class PartitionLog:
         return newest.find_timestamp(newest.max_timestamp)
 
     @property
+    def corrupt_ranges(self) -> list[CorruptRange]:
+        """What recovery found unreadable and kept, in offset order."""
+        return [found for segment in self._segments for found in segment.corrupt]
+
+    @property
     def size_bytes(self) -> int:
         return sum(segment.size for segment in self._segments)
 
@@ -397,13 +459,16 @@ class PartitionLog:
         return self.log_start_offset
 
     def _restore_log_start_offset(self) -> None:
+        path = self.directory / LOG_START_OFFSET_FILE
         try:
-            recorded = int((self.directory / LOG_START_OFFSET_FILE).read_text())
+            recorded = int(path.read_text())
         except FileNotFoundError:
             return
         except ValueError as exc:
-            _log.warning("%s: unreadable %s (%s); ignored", self.directory, LOG_START_OFFSET_FILE, exc)
-            return
+            # Guessing would either serve deleted records again or hide kept ones.
+            raise LogLoadError(
+                f"{path} is unreadable ({exc}); delete it to serve the partition from its first segment"
+            ) from None
         if recorded > self.log_start_offset:
             self._advance_log_start(min(recorded, self.log_end_offset))
 

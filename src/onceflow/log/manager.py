@@ -1,7 +1,9 @@
 """The broker's data directory: topics, their partition logs and the recovery checkpoint.
 
 Layout (Kafka's naming):
-    data_dir/.lock                              flock held while a broker owns the directory
+    data_dir/.lock                              flock held while a broker owns the directory; it
+                                                holds the machine's boot id (a crash or a reboot?)
+    data_dir/.kafka_cleanshutdown               the last owner stopped cleanly: nothing to recover
     data_dir/topics.json                        topic name -> id, partition count, configs
     data_dir/recovery-point-offset-checkpoint   per partition, the offset below which all is fsynced
     data_dir/<topic>-<partition>/               one PartitionLog each (with its log-start-offset
@@ -21,7 +23,7 @@ import resource
 import shutil
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,11 +36,13 @@ from onceflow.log.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
     LogError,
+    LogLoadError,
     PolicyViolationError,
     TopicExistsError,
     UnknownTopicError,
 )
-from onceflow.log.files import write_atomically
+from onceflow.log.files import fsync_directory, write_atomically
+from onceflow.log.loader import Shutdown
 from onceflow.log.log import PartitionLog
 from onceflow.log.topic_configs import validate_topic_configs
 
@@ -46,6 +50,8 @@ _log = logging.getLogger(__name__)
 
 TOPICS_FILE = "topics.json"
 RECOVERY_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+# Kafka's name: written last by a clean shutdown, removed first by the next start.
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_NEW_PARTITIONS_PER_REQUEST = 10_000
@@ -80,25 +86,73 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         self._last_checkpoint: dict[tuple[str, int], int] | None = None
         self._closed = False
+        # Called (from any thread) when a log goes offline: its files and memory may disagree.
+        self.on_failure: Callable[[str], None] = _log.critical
         try:
             self.topics = _read_topics(data_dir / TOPICS_FILE)
+            recovery_points = _read_checkpoint(data_dir / RECOVERY_CHECKPOINT_FILE)
+            self.shutdown = self._take_over(data_dir)
             self.names_by_topic_id = {info.topic_id: name for name, info in self.topics.items()}
             self._set_aside_unknown_dirs()
-            recovery_points = _read_checkpoint(data_dir / RECOVERY_CHECKPOINT_FILE)
             for info in self.topics.values():
                 config = self.topic_config(info.name)
                 for partition in range(info.partitions):
-                    self._logs[info.name, partition] = PartitionLog.open(
-                        self._partition_dir(info.name, partition),
-                        config,
-                        recovery_points.get((info.name, partition), 0),
-                        now_ms,
+                    self._adopt(
+                        info.name,
+                        partition,
+                        PartitionLog.open(
+                            self._partition_dir(info.name, partition),
+                            config,
+                            recovery_points.get((info.name, partition), 0),
+                            now_ms,
+                            self.shutdown,
+                        ),
                     )
         except BaseException:
             for log in self._logs.values():
                 log.close(flush=False)
             os.close(self._lock_fd)
             raise
+
+    def _take_over(self, data_dir: Path) -> Shutdown:
+        """How the last owner stopped (a clean-shutdown marker, or the machine's boot id it
+        left in the lock file), before this broker writes anything: the marker goes, durably,
+        so that a crash from now on is never taken for a clean stop."""
+        marker = data_dir / CLEAN_SHUTDOWN_FILE
+        previous_boot = os.pread(self._lock_fd, 64, 0).decode(errors="replace").strip()
+        if marker.exists():
+            shutdown = Shutdown.CLEAN
+            marker.unlink()
+            fsync_directory(data_dir)
+        elif previous_boot and previous_boot == _boot_id():
+            shutdown = Shutdown.CRASH
+        else:
+            shutdown = Shutdown.REBOOT
+        self._write_lock_file(_boot_id())
+        if shutdown is not Shutdown.CLEAN and self._has_logs():
+            _log.warning("%s was not shut down cleanly (%s): recovering", data_dir, shutdown.value)
+        return shutdown
+
+    def _has_logs(self) -> bool:
+        return (self.data_dir / TOPICS_FILE).exists()
+
+    def _write_lock_file(self, content: str) -> None:
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, content.encode(), 0)
+
+    def _adopt(self, topic: str, partition: int, log: PartitionLog) -> None:
+        log.on_failure = self._log_failed
+        self._logs[topic, partition] = log
+
+    def _log_failed(self, reason: str) -> None:
+        self.mark_failed()
+        self.on_failure(reason)
+
+    def mark_failed(self) -> None:
+        """The directory failed (a failed fsync or write): the next start must not take the page
+        cache's word for what is on disk, so it recovers as after a reboot."""
+        with contextlib.suppress(OSError):
+            self._write_lock_file("")
 
     # -- topics -------------------------------------------------------------------------------
 
@@ -222,7 +276,7 @@ class LogManager:
                 if directory.exists():
                     _set_aside(directory)
                 # A new, empty partition has no producers whose expiry depends on the clock.
-                self._logs[name, partition] = PartitionLog.open(directory, config, 0, now_ms=0)
+                self._adopt(name, partition, PartitionLog.open(directory, config, 0, now_ms=0))
                 opened.append(partition)
         except OSError as error:
             for partition in opened:
@@ -290,6 +344,8 @@ class LogManager:
             log.close(flush)
         if flush:
             self.write_recovery_checkpoint()
+            # Everything is fsynced and checkpointed: the next start checks nothing.
+            write_atomically(self.data_dir / CLEAN_SHUTDOWN_FILE, b"")
         os.close(self._lock_fd)
 
     def write_recovery_checkpoint(self) -> None:
@@ -336,15 +392,22 @@ def _lock_data_dir(data_dir: Path) -> int:
 def _read_topics(path: Path) -> dict[str, TopicInfo]:
     if not path.exists():
         return {}
-    content = json.loads(path.read_text())
-    return {
-        name: TopicInfo(name, uuid.UUID(entry["topic_id"]), entry["partitions"], entry["configs"])
-        for name, entry in content.items()
-    }
+    try:
+        content = json.loads(path.read_text())
+        return {
+            name: TopicInfo(
+                name, uuid.UUID(entry["topic_id"]), int(entry["partitions"]), dict(entry["configs"])
+            )
+            for name, entry in content.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        # Without it the broker knows no topic, and would set every partition directory aside.
+        problem = f"{type(exc).__name__}: {exc}"
+        raise LogLoadError(f"{path} is unreadable ({problem}); restore it from a backup") from None
 
 
 def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """Recovery points by partition; an unreadable file only means more recovery work."""
+    """Recovery points by partition: below one, a partition's data was fsynced and is trusted."""
     try:
         lines = path.read_text().splitlines()
         if int(lines[0]) != _CHECKPOINT_VERSION or int(lines[1]) != len(lines) - 2:
@@ -357,8 +420,18 @@ def _read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     except FileNotFoundError:
         return {}
     except (ValueError, IndexError) as exc:
-        _log.warning("%s is unreadable (%s); recovering every partition fully", path, exc)
-        return {}
+        # Recovering everything from offset 0 could cut fsynced data after a reboot.
+        raise LogLoadError(
+            f"{path} is unreadable ({exc}); delete it to check every partition from its start"
+        ) from None
+
+
+def _boot_id() -> str:
+    """This boot of the machine: the same after a process crash, another after a restart."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""  # unknown: every crash counts as a reboot
 
 
 def _renamed(directory: Path, suffix: str) -> Path:

@@ -224,6 +224,26 @@ class ProducerStateManager:
         )
         return None
 
+    def endings(
+        self, headers: list[BatchHeader], base_offsets: list[int]
+    ) -> list[tuple[int, CompletedTransaction, int | None]]:
+        """What appending `headers` at `base_offsets` would end, without changing any state: for
+        each marker that ends an open transaction, its index, the transaction, and the first
+        unstable offset right after it (as `update` would leave them, batch by batch)."""
+        ongoing = dict(self._ongoing)
+        ended = []
+        for index, (header, base_offset) in enumerate(zip(headers, base_offsets, strict=True)):
+            if not header.has_producer_id:
+                continue
+            if header.is_control:
+                first_offset = ongoing.pop(header.producer_id, None)
+                if first_offset is not None:
+                    completed = CompletedTransaction(header.producer_id, first_offset, base_offset)
+                    ended.append((index, completed, min(ongoing.values(), default=None)))
+            elif header.is_transactional and header.producer_id not in ongoing:
+                ongoing[header.producer_id] = base_offset
+        return ended
+
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for at least `expiration_ms`, except those with an open
         transaction (the coordinator's timeout ends those); returns how many."""

@@ -3,24 +3,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAGIC,
     BatchHeader,
-    CorruptRecordError,
-    batch_crc_matches,
     first_record_at_or_after,
     parse_batch_header,
 )
+from onceflow.log.errors import LogReadError
 from onceflow.log.files import write_fully_vectored
 from onceflow.log.index import OffsetIndex, TimeIndex, open_file
+from onceflow.log.scan import CorruptRange, scan_batches, walk_batches
 from onceflow.log.transaction_index import TransactionIndex
 
 _log = logging.getLogger(__name__)
@@ -39,13 +43,12 @@ NOTHING_FETCHED = FetchedBatches(b"", -1)
 _BASE_OFFSET_AND_LENGTH = struct.Struct(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
+_MAGIC_AT = 16
 
 
 def _batch_bounds(data: bytes, position: int) -> tuple[int, int]:
     """(base offset, size) of the stored batch at `position`."""
     base_offset, length = _BASE_OFFSET_AND_LENGTH.unpack_from(data, position)
-    if length < HEADER_SIZE - LOG_OVERHEAD:
-        raise CorruptRecordError(f"batch length {length} at byte {position} is too small")
     return base_offset, length + LOG_OVERHEAD
 
 
@@ -74,6 +77,13 @@ def segment_path(directory: Path, base_offset: int, suffix: str) -> Path:
     return directory / f"{base_offset:020d}{suffix}"
 
 
+class SegmentMark(NamedTuple):
+    size: int
+    next_offset: int
+    max_timestamp: int
+    bytes_since_index_entry: int
+
+
 class LogSegment:
     """A `.log` file of consecutive batches starting at `base_offset`, plus its indexes.
 
@@ -84,16 +94,25 @@ class LogSegment:
     def __init__(self, directory: Path, base_offset: int, truncate: bool, temporary: str = "") -> None:
         self.base_offset = base_offset
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX + temporary)
-        self.index = OffsetIndex(
-            segment_path(directory, base_offset, INDEX_SUFFIX + temporary), base_offset, truncate
-        )
-        self.time_index = TimeIndex(
-            segment_path(directory, base_offset, TIME_INDEX_SUFFIX + temporary), base_offset, truncate
-        )
         self.txn_index = TransactionIndex(
             segment_path(directory, base_offset, TXN_INDEX_SUFFIX + temporary), truncate
         )
-        self._fd = open_file(self.log_path, truncate)
+        # Three descriptors: when one cannot be had (EMFILE), the others are let go again.
+        self.index = OffsetIndex(
+            segment_path(directory, base_offset, INDEX_SUFFIX + temporary), base_offset, truncate
+        )
+        try:
+            self.time_index = TimeIndex(
+                segment_path(directory, base_offset, TIME_INDEX_SUFFIX + temporary), base_offset, truncate
+            )
+            try:
+                self._fd = open_file(self.log_path, truncate)
+            except OSError:
+                self.time_index.close()
+                raise
+        except OSError:
+            self.index.close()
+            raise
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -102,6 +121,7 @@ class LogSegment:
         self.synced_size = 0
         self.truncations = 0  # a sync begun before one covers none of what follows it
         self.indexes_synced = False
+        self.corrupt: list[CorruptRange] = []  # found by recovery, in file order
 
     @classmethod
     def create(cls, directory: Path, base_offset: int) -> LogSegment:
@@ -139,22 +159,43 @@ class LogSegment:
 
     # -- recovery ---------------------------------------------------------------------------
 
-    def recover(self, verify_from: int | None, index_interval_bytes: int) -> int:
-        """Re-read the tail of the segment, rebuild the index entries there and truncate
-        the file at the first torn or corrupt batch. Returns the number of bytes cut off.
+    def recover(
+        self, verify_from: int | None, index_interval_bytes: int, keep_corrupt: bool, keep_tail: bool = False
+    ) -> int:
+        """Re-read the tail of the segment, rebuild the index entries there, and cut off what a
+        crash may have torn. Returns the number of bytes cut off.
 
-        With `verify_from` None the segment is trusted (it was fsynced): only the batches
-        after the last index entry are read, headers only. Otherwise every batch from the
-        index entry at or before `verify_from` is read and its CRC checked.
+        With `verify_from` None the segment is trusted (it was fsynced, or the broker stopped
+        cleanly): only the batches after the last index entry are read, headers only, and
+        nothing is cut. Otherwise every batch from the index entry at or before `verify_from` is
+        read and its CRC checked, and the file is cut at the first bad batch at or after
+        `verify_from`, unless `keep_corrupt` and an intact batch follows it (a byte gone bad,
+        not a torn write), or `keep_tail` (a segment that later segments follow: a bad end of it
+        is no torn write either). Corrupt stretches that are kept become `corrupt` ranges.
         """
         file_size = os.fstat(self._fd).st_size
-        verify = verify_from is not None
         entry = self.index.last_entry() if verify_from is None else self.index.lookup(verify_from)
         start = entry[1] if entry else 0
-        end = self._rescan(start, file_size, verify, index_interval_bytes)
-        if end == start and start > 0:
+
+        def keep(found: CorruptRange) -> bool:
+            if verify_from is None or found.first_offset < verify_from:
+                return True  # below the recovery point: fsynced, never repaired by deleting
+            return keep_corrupt and (found.end_offset is not None or keep_tail)
+
+        hints = list(self.index.positions)
+        end = self._rescan(start, file_size, verify_from is not None, index_interval_bytes, keep, hints)
+        if end is None:
             # The indexed batch is unreadable or beyond the end: the index cannot be trusted.
-            end = self._rescan(0, file_size, verify, index_interval_bytes)
+            end = self._rescan(0, file_size, verify_from is not None, index_interval_bytes, keep, [])
+            assert end is not None
+        for found in self.corrupt:
+            _log.error(
+                "%s: bytes %d to %d hold no readable batch (offsets from %d): kept, read as CORRUPT_MESSAGE",
+                self.log_path,
+                found.position,
+                found.end_position,
+                found.first_offset,
+            )
         if end < file_size:
             _log.warning(
                 "%s: truncating %d bytes of torn or corrupt data at position %d (offset %d)",
@@ -166,6 +207,15 @@ class LogSegment:
             os.ftruncate(self._fd, end)
         return file_size - end
 
+    def end_corrupt_tail(self, end_offset: int) -> None:
+        """A corrupt stretch that runs to the end of the file covers the offsets up to
+        `end_offset` (the next segment's base, or the durable end of the log): new appends
+        start there, indexed, so that no read walks through it."""
+        if self.corrupt and self.corrupt[-1].end_offset is None:
+            end_offset = max(end_offset, self.next_offset)
+            self.corrupt[-1] = dataclasses.replace(self.corrupt[-1], end_offset=end_offset)
+            self.next_offset = end_offset
+
     def truncate_to(self, offset: int, index_interval_bytes: int) -> None:
         """Cut the file before the first batch at or after `offset`, and its indexes with it."""
         entry = self.index.lookup(offset)
@@ -175,15 +225,27 @@ class LogSegment:
             self.size,
         )
         os.ftruncate(self._fd, position)
-        self._rescan(start, position, False, index_interval_bytes)
+        self.corrupt = [found for found in self.corrupt if found.end_position <= start]
+        self._rescan(start, position, False, index_interval_bytes, lambda _: True, [])
         self.synced_size = min(self.synced_size, position)
         self.truncations += 1
         self.indexes_synced = False
         self.txn_index.truncate_to(offset)
 
-    def _rescan(self, start: int, file_size: int, verify: bool, index_interval_bytes: int) -> int:
+    def _rescan(
+        self,
+        start: int,
+        file_size: int,
+        verify: bool,
+        index_interval_bytes: int,
+        keep: Callable[[CorruptRange], bool],
+        hints: list[int],
+    ) -> int | None:
         """Forget what is known past `start` (an indexed position or 0), then walk the
-        batches from there, re-adding index entries. Returns where the valid batches end."""
+        batches from there, re-adding index entries and keeping the corrupt stretches `keep`
+        accepts. Returns where the kept data ends, or None when `start` (past 0) holds no batch."""
+        if start and start + HEADER_SIZE > file_size:
+            return None
         self.index.truncate_to(start + 1 if start else 0)
         entry = self.index.last_entry()
         self.next_offset = entry[0] if entry else self.base_offset
@@ -191,10 +253,20 @@ class LogSegment:
         self.max_timestamp = self.time_index.last_timestamp
         self._bytes_since_index_entry = 0
         self.size = start
-        for position, header in self._scan(start, file_size, verify):
-            relative_last = header.last_offset - self.base_offset
-            # Offsets only grow; a cleaned segment has gaps where records were removed.
-            if header.base_offset < self.next_offset or relative_last > MAX_RELATIVE_OFFSET:
+        self.corrupt = [found for found in self.corrupt if found.end_position <= start]
+        for item in walk_batches(self._fd, start, file_size, self.next_offset, verify, hints):
+            if isinstance(item, CorruptRange):
+                if item.position == start and start > 0:
+                    return None
+                if not keep(item):
+                    break
+                self.corrupt.append(item)
+                self.size = item.end_position
+                # The batch after it starts an index entry: no read walks through it.
+                self._bytes_since_index_entry = index_interval_bytes + 1
+                continue
+            position, header = item
+            if header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
                 break
             self._track(header.base_offset, header.max_timestamp, position, header.size, index_interval_bytes)
             self.next_offset = header.last_offset + 1
@@ -212,22 +284,32 @@ class LogSegment:
     ) -> None:
         """Write batches at the end, in one system call: `pieces` are their bytes as stored
         (offsets assigned), in order. On an I/O error undo everything."""
-        start, start_offset = self.size, self.next_offset
-        saved = (self.max_timestamp, self._bytes_since_index_entry)
+        before = self.mark()
         try:
-            write_fully_vectored(self._fd, pieces, start)
-            position = start
+            write_fully_vectored(self._fd, pieces, before.size)
+            position = before.size
             for header, base_offset in zip(headers, base_offsets, strict=True):
                 self._track(base_offset, header.max_timestamp, position, header.size, index_interval_bytes)
                 position += header.size
         except OSError:
-            os.ftruncate(self._fd, start)
-            self.index.truncate_to(start)
-            self.time_index.truncate_to(start_offset)
-            self.max_timestamp, self._bytes_since_index_entry = saved
+            self.undo_append(before)
             raise
         self.next_offset = base_offsets[-1] + headers[-1].last_offset_delta + 1
         self.size = position
+
+    def mark(self) -> SegmentMark:
+        """Where the segment ends now, for `undo_append`."""
+        return SegmentMark(self.size, self.next_offset, self.max_timestamp, self._bytes_since_index_entry)
+
+    def undo_append(self, mark: SegmentMark) -> None:
+        """Cut the segment back to `mark`, files and memory. Memory first: should the file not
+        shrink (OSError), reads still end where they did, and the next append writes over it."""
+        self.size, self.next_offset = mark.size, mark.next_offset
+        self.max_timestamp, self._bytes_since_index_entry = mark.max_timestamp, mark.bytes_since_index_entry
+        self.synced_size = min(self.synced_size, mark.size)
+        self.index.truncate_to(mark.size)
+        self.time_index.truncate_to(mark.next_offset)
+        os.ftruncate(self._fd, mark.size)
 
     def _track(self, base_offset: int, max_timestamp: int, position: int, size: int, interval: int) -> None:
         """Index a batch once more than `interval` bytes were written since the last entry.
@@ -243,34 +325,16 @@ class LogSegment:
     # -- reading ------------------------------------------------------------------------------
 
     def _scan(self, position: int, end: int, verify: bool = False) -> Iterator[tuple[int, BatchHeader]]:
-        """Yield (position, header) of the well-formed batches from `position` up to `end`,
-        stopping silently at the first truncated or malformed one (or, when `verify`, at the
-        first CRC mismatch). Reads in chunks so that small batches cost no syscall each."""
-        buf = b""
-        buf_start = position
-        read_size = _SCAN_CHUNK
-        while position + HEADER_SIZE <= end:
-            at = position - buf_start
-            if at + HEADER_SIZE > len(buf):
-                buf = os.pread(self._fd, min(read_size, end - position), position)
-                buf_start, at = position, 0
-            try:
-                header = parse_batch_header(buf, at)
-            except CorruptRecordError:
-                return
-            if position + header.size > end:
-                return
-            if verify:
-                if at + header.size > len(buf):
-                    buf = os.pread(self._fd, min(max(header.size, _SCAN_CHUNK), end - position), position)
-                    buf_start, at = position, 0
-                if not batch_crc_matches(buf, at, header):
-                    return
-            # After a batch bigger than a chunk, reading a whole chunk for the next header
-            # would mostly fetch body bytes that a header-only scan skips.
-            read_size = HEADER_SIZE if header.size > _SCAN_CHUNK and not verify else _SCAN_CHUNK
-            yield position, header
-            position += header.size
+        """(position, header) of the well-formed batches from `position` up to `end`, across the
+        corrupt stretches (`scan_batches` between them)."""
+        for found in self.corrupt:
+            if found.end_position <= position:
+                continue
+            if found.position >= end:
+                break
+            yield from scan_batches(self._fd, position, min(found.position, end), verify)
+            position = found.end_position
+        yield from scan_batches(self._fd, position, end, verify)
 
     def batches(self) -> Iterator[tuple[BatchHeader, bytes]]:
         """Every batch with its bytes, in order (the cleaner reads closed segments this way)."""
@@ -294,34 +358,58 @@ class LogSegment:
         """
         entry = self.index.lookup(offset)
         position = entry[1] if entry else 0
+        size = self._readable_end(offset, position) if self.corrupt else self.size
         data = b""
         at = 0
         while True:  # to the first batch that holds `offset`
             if at + HEADER_SIZE > len(data):
                 position += at
-                if position + HEADER_SIZE > self.size:
+                if position + HEADER_SIZE > size:
                     return NOTHING_FETCHED
-                data, at = os.pread(self._fd, min(max_bytes + _READ_AHEAD, self.size - position), position), 0
-            base_offset, size = _batch_bounds(data, at)
+                data, at = os.pread(self._fd, min(max_bytes + _READ_AHEAD, size - position), position), 0
+            base_offset, batch_size = _batch_bounds(data, at)
+            if position + at + batch_size > size or data[at + _MAGIC_AT] != MAGIC or batch_size < HEADER_SIZE:
+                # Every batch appended is whole: this one's header went bad since (a trusted
+                # segment is not scanned at start-up, as in Kafka).
+                raise LogReadError(
+                    ErrorCode.corrupt_message,
+                    f"the batch at byte {position + at} of {self.log_path.name} does not read "
+                    f"(reading offset {offset})",
+                )
             if base_offset + _LAST_OFFSET_DELTA.unpack_from(data, at + _LAST_OFFSET_DELTA_AT)[0] >= offset:
                 break
-            at += size
+            at += batch_size
         if base_offset >= max_offset:
             return NOTHING_FETCHED
         # KIP-74: the first batch goes out whole even when bigger than max_bytes.
-        wanted = min(max(max_bytes, size), self.size - position - at)
+        wanted = min(max(max_bytes, batch_size), size - position - at)
         if len(data) - at < wanted:
             position += at
             data, at = os.pread(self._fd, wanted, position), 0
         start, cap = at, at + wanted
-        last, end = at, at + size
+        last, end = at, at + batch_size
         while end + HEADER_SIZE <= cap:
-            base_offset, size = _batch_bounds(data, end)
-            if base_offset >= max_offset or end + size > cap:
+            base_offset, batch_size = _batch_bounds(data, end)
+            if base_offset >= max_offset or end + batch_size > cap:
                 break
-            last, end = end, end + size
+            last, end = end, end + batch_size
         records = data if start == 0 and end == len(data) else data[start:end]
         return FetchedBatches(records, parse_batch_header(data, last).last_offset + 1)
+
+    def _readable_end(self, offset: int, position: int) -> int:
+        """Where a read from `position` for `offset` must stop: at the first corrupt stretch
+        after it. CORRUPT_MESSAGE when `offset` lies in one."""
+        end = self.size
+        for found in self.corrupt:
+            if found.holds(offset):
+                raise LogReadError(
+                    ErrorCode.corrupt_message,
+                    f"offset {offset} lies in bytes {found.position}-{found.end_position} of "
+                    f"{self.log_path.name}, which hold no readable batch",
+                )
+            if found.position >= position:
+                end = min(end, found.position)
+        return end
 
     def find_timestamp(self, timestamp: int, min_offset: int = 0) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `min_offset` (the log start)

@@ -70,10 +70,21 @@ class TransactionIndex(IndexFile):
         self._file()
         self.dirty = True
 
+    def open(self) -> None:
+        """Have the file open (created if new) before an append needs it."""
+        self._file()
+
+    def truncate_entries(self, count: int) -> None:
+        """Keep only the first `count` entries: an append taken back."""
+        if count < len(self.entries):
+            del self.entries[count:]
+            os.ftruncate(self._file(), count * _ABORTED_ENTRY.size)
+
     def append(self, entry: AbortedTransaction) -> None:
+        """Write the entry, then keep it (a failed write leaves `entries` as they were)."""
+        self.dirty = True  # a partly written entry is cut before the next sync counts
+        write_fully(self._file(), _encode_aborted(entry), len(self.entries) * _ABORTED_ENTRY.size)
         self.entries.append(entry)
-        write_fully(self._file(), _encode_aborted(entry), (len(self.entries) - 1) * _ABORTED_ENTRY.size)
-        self.dirty = True
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose marker is at or after `offset`."""
