@@ -65,7 +65,7 @@ def _run(guarantee: str = "exactly-once", **changes: Any) -> dict[str, Any]:
         "cross_check": {"agrees": True, "compared": 40, "differ": 0, "examples": []},
         "control": None,
         "transactions": {"committed": 30, "aborted": 8, "fenced": 1, "unknown": 0, "left open": 2},
-        "coverage": {"aborted_records_in_log": 12, "acks_lost": 3, "zombies_resumed": 0},
+        "coverage": {"aborted_records": 12, "acks_lost": 3, "zombies_resumed": 0},
         "verdicts": {"lost": "found", "duplicated": "not tested", "aborted_reads": "clean"},
         "timeline": timeline.build(events),
         "anomalies": [
@@ -308,7 +308,7 @@ BROKEN = {
     "wide": '<table id="too-wide"><tr><td><div style="width: 3000px">x</div></td></tr></table>',
 }
 # A run's section whose heading lost its label (the page's first run).
-UNLABELLED = ('<h2>#1 ', "<h2>")
+UNLABELLED = ("<h2>#1 ", "<h2>")
 
 
 @needs_chromium
