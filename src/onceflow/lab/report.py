@@ -395,7 +395,9 @@ def _glance(
             items.append(f"<li>#{number} {html.escape(cross_check_text(run) or '')}</li>")
     if matrix:
         kept = sum(row["agrees"] is True for row in matrix)
-        items.append(f"<li>matrix: {kept} of {len(matrix)} cells keep their promises, tested</li>")
+        none = sum(row["agrees"] is None for row in matrix)
+        text = f"matrix: {kept} of {len(matrix)} cells kept every promise and tested one"
+        items.append(f"<li>{text}" + (f", {none} tested none" if none else "") + "</li>")
     if broker_table:
         agree = sum(row["verdict"] == "agrees" for row in broker_table)
         items.append(
@@ -406,11 +408,17 @@ def _glance(
     return f'<h2 id="glance">At a glance</h2><ul class="glance">{"".join(items)}</ul>'
 
 
+def unpromised(run: Run, key: str) -> bool:
+    """A lab run's anomaly its guarantee promises nothing of: read_uncommitted readers, and what they
+    pass on, may hold aborted data."""
+    return "verdicts" in run and key not in promises.predict(run["guarantee"], run["faults"])
+
+
 def _html_count(run: Run, key: str) -> str:
     if untested(run, key):
         return f'<td class="untested">{NOT_TESTED}</td>'
-    if key == "aborted_reads" and "verdicts" in run and key not in run["verdicts"]:
-        return '<td class="text">no promise</td>'  # read_uncommitted readers may read aborted data
+    if key == "aborted_reads" and unpromised(run, key):
+        return f'<td class="text">{f"{run[key]}, " if run[key] else ""}no promise</td>'
     value = run[key]
     bad = key in ("lost", "duplicated", "aborted_reads") and value > 0
     return f'<td class="{"bad" if bad else ""}">{html.escape(human(value))}</td>'
@@ -552,8 +560,9 @@ def _summary_chart(runs: Sequence[Run]) -> str:
         for key, name, colour in SERIES:
             if untested(run, key):
                 bars.append((name, None, colour, NOT_TESTED))
-            elif key == "aborted_reads" and "verdicts" in run and key not in run["verdicts"]:
-                bars.append((name, None, colour, "no promise (reads uncommitted)"))
+            elif key == "aborted_reads" and unpromised(run, key):
+                found = f"{run[key]}, " if run[key] else ""
+                bars.append((name, None, colour, f"{found}no promise (reads uncommitted)"))
             else:
                 bars.append((name, int(run[key]), colour, ""))
         unit = run.get("unit", "values")
