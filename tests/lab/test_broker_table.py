@@ -211,3 +211,9 @@ def test_waiting_for_a_leader_returns_the_leader_it_saw() -> None:
     cluster = _Answers([None, _topic(None), _topic(1), _topic(2), _topic(None)])
     assert cluster.wait_for_leader("t", lambda leader: leader != 1) == 2
     assert cluster.answers == [_topic(None)]  # the answer after the one it used was never asked for
+
+
+def test_a_partition_whose_metadata_lags_is_asked_again() -> None:
+    """Whether the clean row's partition went offline is read from an answer that has it."""
+    offline = SimpleNamespace(error=None, partitions={0: SimpleNamespace(leader=-1, isrs=[])})
+    assert _Answers([None, _topic(None), offline]).wait_for_state("t").leader == -1

@@ -307,6 +307,17 @@ class Cluster:
         wait_until(led, WAIT_S, 0.1, what=f"a new leader of {topic}")
         return seen[-1]
 
+    def wait_for_state(self, topic: str) -> Any:
+        """Partition 0 of `topic` as the first answer that has it describes it."""
+        seen: list[Any] = []
+
+        def described() -> bool:
+            seen.append(self.partition(topic))
+            return seen[-1] is not None
+
+        wait_until(described, WAIT_S, 0.1, what=f"the metadata of {topic}")
+        return seen[-1]
+
     def wait_for_isr(self, topic: str, isr: tuple[int, ...]) -> None:
         """Until the ISR is `isr`: the leader drops a follower once ZooKeeper ends its session."""
 
@@ -461,9 +472,7 @@ def _leader_alone_crashes(cluster: Cluster, rows: list[Row]) -> None:
         cluster.wait_for_leader(row.topic, lambda leader: leader != LEADER)
         _read_back(cluster, row)
     for row in clean:
-        state = cluster.partition(row.topic)
-        if state is None or state.leader != -1:
-            row.offline_without_leader = False
+        row.offline_without_leader = cluster.wait_for_state(row.topic).leader == -1
     cluster.restart([LEADER])
     _mark(rows, "leader-restarted")
     for row in clean:
