@@ -230,12 +230,20 @@ def print_table(
         console.print(f"  {NOT_TESTED_NOTE}", highlight=False)
 
 
+def breaks(run: Run, key: str) -> bool:
+    """Whether the run's count of `key` breaks a "never" of its guarantee."""
+    if not run[key] or run["guarantee"] not in promises.PREDICTIONS:
+        return False
+    return promises.predict(run["guarantee"], run["faults"]).get(key) == promises.NEVER
+
+
 def _count_cell(run: Run, key: str) -> str:
     if untested(run, key):
         return "[yellow]n/t[/]"
     value = run[key]
-    bad = key in ("lost", "duplicated", "aborted_reads") and value > 0
-    return f"[bold red]{value}[/]" if bad else str(value)
+    if key in ("lost", "duplicated", "aborted_reads") and value > 0:
+        return f"[bold red]{value}[/]" if breaks(run, key) else f"[yellow]{value}[/]"
+    return str(value)
 
 
 def write_json(runs: Sequence[Run], path: Path) -> None:
@@ -282,9 +290,11 @@ table {{ border-collapse: collapse; margin: 1em 0; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; vertical-align: top; }}
 td.text, th.text {{ text-align: left; }}
 table.broker td.text {{ overflow-wrap: anywhere; }}
+table.broker td:first-child {{ white-space: nowrap; }}
 td.bad, span.bad {{ color: #d62728; font-weight: bold; }}
 td.untested, span.untested {{ color: #b8860b; font-style: italic; }}
 td.good {{ color: #2ca02c; }}
+td.found {{ color: #a05a00; }}
 table.grid td, table.grid th {{ text-align: left; min-width: 9em; }}
 table.grid td.agrees {{ background: #eaf6ea; }}
 table.grid td.disagrees {{ background: #fbe3e3; }}
@@ -420,31 +430,41 @@ def _html_count(run: Run, key: str) -> str:
     if key == "aborted_reads" and unpromised(run, key):
         return f'<td class="text">{f"{run[key]}, " if run[key] else ""}no promise</td>'
     value = run[key]
-    bad = key in ("lost", "duplicated", "aborted_reads") and value > 0
-    return f'<td class="{"bad" if bad else ""}">{html.escape(human(value))}</td>'
+    found = key in ("lost", "duplicated", "aborted_reads") and value > 0
+    css = "bad" if found and breaks(run, key) else "found" if found else ""
+    return f'<td class="{css}">{html.escape(human(value))}</td>'
 
 
 def _runs_table(runs: Sequence[Run]) -> str:
-    balanced = any("balances_match" in run for run in runs)
-    names = ["#", "run", "unit", *(HTML_HEADERS.get(key, HEADERS[key]) for key in COUNTS)]
-    names += ["the log agrees with the history", "drained", "seed"]
-    names += ["balances"] if balanced else []
+    names = ["#", "run", "unit", *(HTML_HEADERS.get(key, HEADERS[key]) for key in COUNTS), "checks"]
     rows = []
     for number, run in enumerate(runs, 1):
         cells = f'<td><a href="#run-{number}">{number}</a></td>'
         cells += f"<td class=text>{html.escape(stage_label(run))}</td>"
         cells += _cells([run.get("unit", "values")])
         cells += "".join(_html_count(run, key) for key in COUNTS)
-        agreement = run.get("cross_check")
-        agrees = (
-            "-" if not agreement else "yes" if agreement["agrees"] else f"no: {agreement['differ']} differ"
+        rows.append(f"<tr>{cells}{_checks_cell(run)}</tr>")
+    head = _cells(names[:-1], header=True, text_columns=3) + "<th class=text>checks</th>"
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _checks_cell(run: Run) -> str:
+    """The run's other checks in one cell: the cross-check, the drain, the balances, its seed."""
+    checks, bad = [], False
+    agreement = run.get("cross_check")
+    if agreement and agreement["compared"]:
+        checks.append(
+            "log agrees with history" if agreement["agrees"] else f"log differs: {agreement['differ']}"
         )
-        cells += _cells([agrees, human(run.get("drained")), human(run.get("seed"))], text_columns=0)
-        if balanced:
-            match = run.get("balances_match")
-            cells += _cells(["-" if match is None else "exact" if match else "wrong"], text_columns=0)
-        rows.append(f"<tr>{cells}</tr>")
-    return f"<table><tr>{_cells(names, header=True, text_columns=3)}</tr>{''.join(rows)}</table>"
+        bad |= not agreement["agrees"]
+    if run.get("drained") is False:
+        checks.append("not drained")
+        bad = True
+    if run.get("balances_match") is not None:
+        checks.append("balances " + ("exact" if run["balances_match"] else "wrong"))
+        bad |= not run["balances_match"]
+    checks.append(f"seed {human(run.get('seed'))}")
+    return f'<td class="text{" bad" if bad else ""}">{html.escape("; ".join(checks))}</td>'
 
 
 def _coverage_table(runs: Sequence[Run]) -> str:
@@ -529,7 +549,8 @@ def _broker_table(rows: Sequence[Mapping[str, Any]]) -> str:
         )
         predicted = f"{row['prediction']}: {row['rule']}"
         cells = _cells([row["row"], row["settings"], predicted, during], text_columns=4)
-        lost = f'<td class="{"bad" if row["lost"] else ""}">{row["lost"]}</td>'
+        lost_css = "" if not row["lost"] else "found" if row["prediction"] == "may lose" else "bad"
+        lost = f'<td class="{lost_css}">{row["lost"]}</td>'
         body.append(f'<tr>{cells}{lost}<td class="{css}">{html.escape(text)}</td></tr>')
     pictures = []
     for index, row in enumerate(rows, 1):
