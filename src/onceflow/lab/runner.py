@@ -267,7 +267,11 @@ class _Run:
             # The faults are timed from when every client is up, not from their spawn: on a busy
             # machine an interpreter takes seconds to start, and lost acks timed from the spawn
             # could be over before the first write.
-            wait_until(lambda: all(map(self._up, self.processes)), CLIENT_START_TIMEOUT_S)
+            wait_until(
+                lambda: all(map(self._up, self.processes)),
+                CLIENT_START_TIMEOUT_S,
+                what="every client to start (its history file to appear)",
+            )
             started = time.monotonic()
             while plan or len(self.finished) < PRODUCERS:
                 while plan and plan[0].at_s <= time.monotonic() - started:
