@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     demo = commands.add_parser(
-        "demo", help="the main job: the three delivery guarantees side by side under the same faults"
+        "demo", help="the main job: the delivery guarantees side by side under the same faults"
     )
     demo.add_argument(
         "--report-dir", type=output_directory, default=Path("demo-report"), help="JSON and HTML reports"

@@ -1,4 +1,5 @@
-"""`onceflow lab broker-table`: the documents' broker table, measured on ZooKeeper and 3 brokers."""
+"""`onceflow lab broker-table`: the documents' broker table, measured on ZooKeeper and 3 brokers,
+and its verdicts, pictures and waits on made-up histories and metadata answers."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +17,10 @@ from onceflow.lab.broker_table import (
     DISAGREES,
     NEVER_LOSES,
     NOT_TESTED,
+    REFUSES,
+    ROWS,
+    SCENARIOS,
+    Cluster,
     Row,
     problems,
     rows_to_run,
@@ -24,9 +30,19 @@ from onceflow.lab.broker_table import (
 
 @pytest.mark.zookeeper
 def test_the_broker_table_measures_each_rows_loss_as_the_documents_predict(tmp_path: Path) -> None:
-    report = tmp_path / "broker-table.json"
+    report, page = tmp_path / "broker-table.json", tmp_path / "broker-table.html"
     result = subprocess.run(
-        [sys.executable, "-m", "onceflow.cli", "lab", "broker-table", "--json", str(report)],
+        [
+            sys.executable,
+            "-m",
+            "onceflow.cli",
+            "lab",
+            "broker-table",
+            "--json",
+            str(report),
+            "--html",
+            str(page),
+        ],
         capture_output=True,
         text=True,
         timeout=240,
@@ -34,7 +50,7 @@ def test_the_broker_table_measures_each_rows_loss_as_the_documents_predict(tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     assert "broker table: 3 brokers" in result.stdout
     rows = {row["row"]: row for row in json.loads(report.read_text())["broker_table"]}
-    assert list(rows) == ["acks=1", "acks=all,isr>=2", "unclean", "clean"]
+    assert list(rows) == ["acks=1", "acks=all,isr>=2", "acks=all,1 in sync", "unclean", "clean"]
     assert {row["verdict"] for row in rows.values()} == {"agrees"}
     assert {row["attempts"] for row in rows.values()} <= {1, 2}
     # acks=1: acknowledged by the leader alone during the lag, gone with it.
@@ -45,10 +61,21 @@ def test_the_broker_table_measures_each_rows_loss_as_the_documents_predict(tmp_p
     assert rows["acks=all,isr>=2"]["sent_during_fault"] == 5
     assert rows["acks=all,isr>=2"]["acknowledged_during_fault"] == 0
     assert rows["acks=all,isr>=2"]["lost"] == 0
+    # acks=all with min.insync.replicas=2 and the leader alone in the ISR: every write refused.
+    alone = rows["acks=all,1 in sync"]
+    assert (
+        alone["sent_during_fault"],
+        alone["refused_during_fault"],
+        alone["acknowledged_during_fault"],
+    ) == (5, 5, 0)
+    assert {mark["fate"] for mark in alone["picture"]["marks"] if mark["value"].startswith("during")} == {
+        "refused"
+    }
     # Unclean election: everything the leader alone acknowledged is cut; clean: nothing.
     assert rows["unclean"]["lost_values"] == [f"during-{index}" for index in range(5)]
     assert rows["clean"]["acknowledged_during_fault"] == 5
     assert rows["clean"]["lost"] == 0
+    assert "refused (NOT_ENOUGH_REPLICAS)" in page.read_text() and 'id="broker-row-5"' in page.read_text()
 
 
 def _row(prediction_row: int, history: list[dict[str, Any]]) -> Row:
@@ -121,3 +148,72 @@ def test_a_disagreement_is_kept_not_measured_again() -> None:
     assert settled([{"verdict": DISAGREES}, {"verdict": NOT_TESTED}])
     assert not settled([{"verdict": AGREES}, {"verdict": NOT_TESTED}])
     assert settled([{"verdict": AGREES}, {"verdict": AGREES}])
+
+
+def test_a_refusing_row_agrees_only_when_every_write_during_the_fault_is_refused() -> None:
+    row = _row(2, _history("acks-all-alone", ["before-0"], ["before-0"]))
+    assert row.prediction == REFUSES
+    row.sent_during_fault, row.acknowledged_during_fault, row.refused_during_fault = 5, 0, 5
+    assert row.to_json()["verdict"] == AGREES
+    # Negative controls: one write acknowledged with a single copy in sync, one left unanswered.
+    row.acknowledged_during_fault, row.refused_during_fault = 1, 4
+    judged = row.to_json()
+    assert judged["verdict"] == DISAGREES
+    assert problems([judged]) == [
+        "broker table, acks=all,1 in sync: 1 acknowledged and 4 refused of 5 sent with one replica in sync,"
+        " predicted all refused"
+    ]
+    row.acknowledged_during_fault, row.refused_during_fault = 0, 4
+    assert row.to_json()["verdict"] == DISAGREES
+
+
+def test_the_rows_are_data_each_naming_a_scenario() -> None:
+    assert all(row.scenario in SCENARIOS for row in ROWS)
+    assert len({row.name for row in ROWS}) == len({row.topic for row in ROWS}) == len(ROWS)
+
+
+def test_a_rows_picture_shows_each_write_and_the_fault_it_was_sent_under() -> None:
+    history = _history("acks-1", ["before-0", "during-0"], ["before-0"])
+    history.insert(2, {"time": 1.0, "process": "lab", "type": "fault", "action": "followers-stopped"})
+    history.append({"time": 2.0, "process": "lab", "type": "fault", "action": "followers-resumed"})
+    picture = _row(0, history).to_json()["picture"]
+    assert [(mark["value"], mark["fate"]) for mark in picture["marks"]] == [
+        ("before-0", "kept"),
+        ("during-0", "lost"),
+    ]
+    assert picture["bands"] == [{"label": "followers stopped (SIGSTOP)", "start": 0.0, "end": 1.0}]
+
+
+class _Answers(Cluster):
+    """A cluster whose metadata answers are given, in turn: what a real one answers while a new
+    leader is elected, its view of the cluster a little behind ZooKeeper's."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        super().__init__(Path("/nonexistent"))
+        self.answers = answers
+
+    def live(self) -> list[int]:
+        return [2, 3]
+
+    def metadata(self, topic: str | None = None) -> Any:
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return SimpleNamespace(topics={} if answer is None else {topic: answer})
+
+
+def _topic(leader: int | None) -> Any:
+    partitions = {} if leader is None else {0: SimpleNamespace(leader=leader, isrs=[leader])}
+    return SimpleNamespace(error=None, partitions=partitions)
+
+
+def test_waiting_for_a_leader_returns_the_leader_it_saw() -> None:
+    """The next answer may not have the partition yet: the leader the check saw is the answer
+    (the demo once died of reading the metadata a second time: 'NoneType' has no 'leader')."""
+    cluster = _Answers([None, _topic(None), _topic(1), _topic(2), _topic(None)])
+    assert cluster.wait_for_leader("t", lambda leader: leader != 1) == 2
+    assert cluster.answers == [_topic(None)]  # the answer after the one it used was never asked for
+
+
+def test_a_partition_whose_metadata_lags_is_asked_again() -> None:
+    """Whether the clean row's partition went offline is read from an answer that has it."""
+    offline = SimpleNamespace(error=None, partitions={0: SimpleNamespace(leader=-1, isrs=[])})
+    assert _Answers([None, _topic(None), offline]).wait_for_state("t").leader == -1

@@ -1,5 +1,6 @@
 """The checker against synthetic histories: each planted anomaly is found, with its values and
-offsets, and clean histories (also random ones) yield none."""
+offsets, and clean histories (also random ones) yield none. Which records were aborted comes from
+the clients' history: a broker whose reads hide its aborted records cannot hide an aborted read."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from onceflow.lab.checker import (
     SKIPPING_POLL,
     Anomaly,
     check,
+    log_agreement,
 )
 from onceflow.lab.history import Event, HistoryWriter, read_history
 
@@ -54,6 +56,30 @@ def _final(input_records: list[Record], output_records: list[Record]) -> list[Ev
         _read("output", output_records),
         _read("output", output_records, "read_uncommitted"),
     ]
+
+
+def _transaction(
+    records: list[Record], outcome: str | None, process: str = "producer-0.0", commit_asked: bool = True
+) -> list[Event]:
+    """A transactional producer's records as the broker acknowledged them, then how the
+    transaction ended as the client saw it (None: the process died before an answer)."""
+    events = []
+    for partition, offset, value in records:
+        events.append(_event("send", process, topic="input", value=value))
+        events.append(
+            _event("written", process, topic="input", value=value, partition=partition, offset=offset)
+        )
+    if commit_asked and outcome != "aborted":
+        events.append(_event("commit-txn", process, topic="input"))
+    if outcome is not None:
+        values = sorted(value for _p, _o, value in records)
+        events.append(_event("txn", process, topic="input", outcome=outcome, values=values))
+    if outcome == "committed":
+        events += [
+            _event("ack", process, topic="input", value=value, partition=partition, offset=offset)
+            for partition, offset, value in records
+        ]
+    return events
 
 
 def _poll(process: str, records: list[Record], isolation: str = "read_committed") -> Event:
@@ -114,15 +140,15 @@ def test_a_value_delivered_twice_downstream_is_a_duplicate() -> None:
 
 
 def test_a_read_committed_poll_of_an_aborted_record_is_an_aborted_read() -> None:
-    # "x" sits at input 1/1 in an aborted transaction: read_uncommitted sees it, read_committed skips it.
-    with_aborted = [*INPUT, [1, 1, "x"], [1, 3, "d"]]
+    # "x" sits at input 1/1 in a transaction its producer saw aborted.
     committed = [*INPUT, [1, 3, "d"]]
     events = [
         *_sent_and_acked(committed),
+        *_transaction([[1, 1, "x"]], "aborted", process="producer-1.0"),
         _event("assign", "worker-0.0", topic="input", partitions=[1]),
         _poll("worker-0.0", [[1, 0, "c"], [1, 1, "x"], [1, 3, "d"]]),
         _read("input", committed),
-        _read("input", with_aborted, "read_uncommitted"),
+        _read("input", [*INPUT, [1, 1, "x"], [1, 3, "d"]], "read_uncommitted"),
         _read("output", [*OUTPUT, [2, 0, "d"]]),
     ]
     aborted = _only(check(events).anomalies, ABORTED_READ)
@@ -131,9 +157,79 @@ def test_a_read_committed_poll_of_an_aborted_record_is_an_aborted_read() -> None
     assert "worker-0.0" in aborted.detail
 
 
+def test_a_broker_whose_reads_hide_its_aborted_records_is_caught_by_the_history() -> None:
+    """The broker serves the aborted "x" to every read_committed reader, the final read too, so its
+    own reads show no aborted record at all: the history still knows, and the cross-check says
+    that the log disagrees with it."""
+    served = [*INPUT, [1, 1, "x"]]
+    events = [
+        *_sent_and_acked(INPUT),
+        *_transaction([[1, 1, "x"]], "aborted", process="producer-1.0"),
+        _event("assign", "worker-0.0", topic="input", partitions=[0, 1]),
+        _poll("worker-0.0", served),
+        _read("input", served),
+        _read("input", served, "read_uncommitted"),
+        _read("output", [*OUTPUT, [2, 0, "x"]]),
+    ]
+    result = check(events)
+    reads = {anomaly.detail for anomaly in result.of_kind(ABORTED_READ)}
+    assert reads == {
+        "worker-0.0 read a record of an aborted transaction with read_committed",
+        "the final read_committed read returned a record of an aborted transaction",
+        "aborted in the input, yet delivered to the output",
+    }
+    assert result.aborted_reads == 1  # one aborted record, read three times: counted once
+    agreement = log_agreement(events)
+    assert (agreement["agrees"], agreement["compared"], agreement["differ"]) == (False, 1, 1)
+    assert agreement["examples"] == ["x at input partition 1 offset 1: aborted, the log says committed"]
+
+
+def test_a_log_that_hides_a_committed_record_disagrees_with_the_history() -> None:
+    """The history's commit of "y" was acknowledged; the broker's reads show it aborted (below the
+    LSO, read_uncommitted only): a lost write, and the cross-check names the record."""
+    events = [
+        *_sent_and_acked(INPUT),
+        *_transaction([[2, 0, "y"]], "committed", process="producer-1.0"),
+        _read("input", [*INPUT, [2, 5, "z"]]),
+        _read("input", [*INPUT, [2, 0, "y"], [2, 5, "z"]], "read_uncommitted"),
+        _read("output", OUTPUT),
+    ]
+    lost = _only([a for a in check(events).anomalies if a.kind != "lost-downstream"], LOST_WRITE)
+    assert lost.values == ["y"]
+    agreement = log_agreement(events)
+    assert (agreement["agrees"], agreement["differ"]) == (False, 1)
+    assert agreement["examples"] == ["y at input partition 2 offset 0: committed, the log says aborted"]
+    # The control: the log as the history says it should be.
+    fine = [
+        *events[:-3],
+        _read("input", [*INPUT, [2, 0, "y"]]),
+        _read("input", [*INPUT, [2, 0, "y"]], "read_uncommitted"),
+    ]
+    assert log_agreement(fine) == {"agrees": True, "compared": 1, "differ": 0, "examples": []}
+
+
+def test_a_transaction_is_aborted_unless_its_client_asked_to_commit() -> None:
+    """Killed before asking to commit: aborted, so reading it is an aborted read. Killed (or fenced)
+    after asking: unknown, the commit may have landed, so reading it is no anomaly."""
+    for outcome, commit_asked, found in (
+        (None, False, 1),
+        ("fenced", False, 1),
+        (None, True, 0),
+        ("fenced", True, 0),
+    ):
+        events = [
+            *_sent_and_acked(INPUT),
+            *_transaction([[1, 1, "x"]], outcome, commit_asked=commit_asked),
+            _poll("worker-0.0", [[1, 0, "c"], [1, 1, "x"]]),
+            *_final(INPUT, OUTPUT),
+        ]
+        assert check(events).aborted_reads == found, (outcome, commit_asked)
+
+
 def test_an_aborted_input_value_delivered_to_the_output_is_an_aborted_read() -> None:
     events = [
         *_sent_and_acked(INPUT),
+        *_transaction([[2, 0, "x"]], "aborted", process="producer-1.0"),
         _read("input", INPUT),
         _read("input", [*INPUT, [2, 0, "x"]], "read_uncommitted"),
         _read("output", [*OUTPUT, [2, 0, "x"]]),
@@ -141,6 +237,18 @@ def test_an_aborted_input_value_delivered_to_the_output_is_an_aborted_read() -> 
     aborted = _only(check(events).anomalies, ABORTED_READ)
     assert aborted.values == ["x"]
     assert aborted.offsets == [("input", 2, 0)]
+
+
+def test_a_value_aborted_once_and_committed_when_sent_again_may_be_delivered() -> None:
+    """A restarted transactional producer sends again what its aborted transaction held."""
+    events = [
+        *_transaction([[0, 0, "a"]], None, commit_asked=False),
+        *_transaction([[0, 2, "a"]], "committed", process="producer-0.1"),
+        _read("input", [[0, 2, "a"]]),
+        _read("input", [[0, 0, "a"], [0, 2, "a"]], "read_uncommitted"),
+        _read("output", [[0, 0, "a"]]),
+    ]
+    assert check(events).anomalies == []
 
 
 def test_one_offset_with_two_values_is_inconsistent() -> None:
@@ -232,6 +340,8 @@ def _clean_histories(draw: st.DrawFn) -> list[Event]:
             number += 1
             if draw(st.booleans()) and draw(st.booleans()):
                 uncommitted.append([partition, offset, value])  # aborted, never acknowledged
+                events += _transaction([[partition, offset, value]], draw(st.sampled_from(["aborted", None])),
+                                       process="producer-1.0", commit_asked=False)  # fmt: skip
                 continue
             committed.append([partition, offset, value])
             uncommitted.append([partition, offset, value])

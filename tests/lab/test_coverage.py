@@ -61,29 +61,58 @@ def test_a_producer_killed_with_its_last_send_unsettled_was_killed_mid_batch() -
     events = [
         send("producer-0.0", "a"),  # killed with "a" in flight
         *[send("producer-0.1", "b"), _event("ack", "producer-0.1", value="b")],
-        *[send("producer-0.2", "c"), _event("abort", "producer-0.2", values=["c"])],
+        *[send("producer-0.2", "c"), _event("txn", "producer-0.2", outcome="aborted", values=["c"])],
         send("producer-0.3", "d"),  # the last incarnation
     ]
     assert measure(events, "input", acks_lost=0, broker_kills=0)["producers_killed_mid_batch"] == 1
 
 
-def test_aborted_records_are_counted_from_the_final_reads_of_the_log() -> None:
-    committed = [[0, 0, "a"], [0, 3, "d"]]
+def _written(process: str, value: str, offset: int) -> Event:
+    return _event("written", process, topic="input", value=value, partition=0, offset=offset)
+
+
+def test_aborted_records_are_counted_from_the_history_where_readers_read_past_them() -> None:
     events = [
-        _read("read_committed", committed, 5),
-        # "x" and "y" sit in an aborted transaction; "z" lies past the LSO, so it does not count.
+        # Aborted as their producer saw it: "x" and "y" ...
+        *[_written("producer-0.0", "x", 1), _written("producer-0.0", "y", 2)],
+        _event("txn", "producer-0.0", topic="input", outcome="aborted", values=["x", "y"]),
+        # ... and "z", whose producer died before asking to commit, but no reader got that far.
+        _written("producer-0.1", "z", 6),
+        _event(
+            "poll",
+            "worker-0.0",
+            topic="input",
+            isolation="read_committed",
+            records=[[0, 0, "a"], [0, 3, "d"]],
+        ),
+        # The broker's own reads count for nothing: here they show no aborted record at all.
+        _read("read_committed", [[0, 0, "a"], [0, 1, "x"], [0, 2, "y"], [0, 3, "d"]], 5),
         _read("read_uncommitted", [[0, 0, "a"], [0, 1, "x"], [0, 2, "y"], [0, 3, "d"], [0, 6, "z"]], 7),
     ]
     assert measure(events, "input", acks_lost=2, broker_kills=1, produce_requests_lost=3) == {
-        "aborted_records_in_log": 2,
+        "aborted_records": 2,
         "acks_lost": 2,
         "produce_requests_lost": 3,
         "broker_kills": 1,
         "producers_killed_mid_batch": 0,
+        "resent_by_new_session": 0,
         "consumers_killed_before_commit": 0,
         "consumers_killed_before_output": 0,
         "zombies_resumed": 0,
     }
+
+
+def test_a_value_stored_for_one_producer_session_and_sent_by_the_next_is_a_resend() -> None:
+    def send(process: str, value: str) -> Event:
+        return _event("send", process, topic="input", value=value)
+
+    stored = _event("unhandled-ack", "producer-0.0", topic="input", value="a", partition=0, offset=4)
+    events = [
+        *[send("producer-0.0", "a"), stored, send("producer-0.0", "b")],
+        *[send("producer-0.1", "a"), send("producer-0.1", "b")],  # "b" was never stored: not counted
+        send("producer-1.0", "a"),  # another producer's value of the same name
+    ]
+    assert measure(events, "input", acks_lost=0, broker_kills=0)["resent_by_new_session"] == 1
 
 
 def test_a_check_without_preconditions_is_not_tested() -> None:
@@ -95,7 +124,7 @@ def test_a_check_without_preconditions_is_not_tested() -> None:
     }
     # read_uncommitted readers cannot read an aborted record they should have skipped.
     assert "aborted_reads" not in verdicts(CheckResult(3, 3, 3), nothing, read_committed=False)
-    some = {**nothing, "aborted_records_in_log": 4, "acks_lost": 1}
+    some = {**nothing, "aborted_records": 4, "acks_lost": 1}
     assert verdicts(CheckResult(3, 3, 3), some, read_committed=True) == {
         "lost": CLEAN,
         "duplicated": CLEAN,

@@ -52,7 +52,7 @@ def test_exactly_once_keeps_its_promises_under_lost_acks_and_a_zombie(tmp_path: 
     assert duplicated == {"predicted": NEVER, "measured": 0, "verdict": "clean", "agrees": True}
     # The hanging transaction's records reached the log, and its abort kept them from the readers.
     hanging = rows["F", "exactly-once"]
-    assert hanging["run"]["coverage"]["aborted_records_in_log"] > 0
+    assert hanging["run"]["coverage"]["aborted_records"] > 0
     aborted = hanging["cells"]["aborted_reads"]
     assert aborted == {"predicted": NEVER, "measured": 0, "verdict": "clean", "agrees": True}
     assert "0 never" in table

@@ -1,7 +1,7 @@
 """Short lab runs on the lab's own broker: with a broker fault the checker reports the matching
-anomaly with the values and offsets the fault hit (it can fail), a run that never creates an
-anomaly's preconditions says "not tested" for it, and exactly-once with aborted transactions in the
-log is clean."""
+anomaly with the values and offsets the fault hit (it can fail), and says the fault was caught; a
+run that never creates an anomaly's preconditions says "not tested" for it; and exactly-once with
+aborted transactions in the log is clean."""
 
 from __future__ import annotations
 
@@ -13,10 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from onceflow.lab.checker import ABORTED_READ, DUPLICATE, LOST_DOWNSTREAM, LOST_WRITE, final_reads
+from onceflow.lab.checker import (
+    ABORTED_READ,
+    DUPLICATE,
+    LOST_DOWNSTREAM,
+    LOST_WRITE,
+    CheckResult,
+    check,
+    final_reads,
+)
+from onceflow.lab.controls import CAUGHT
 from onceflow.lab.coverage import CLEAN, FOUND, NOT_TESTED
 from onceflow.lab.history import read_history
 from onceflow.lab.runner import RunResult, Scenario, run_scenario
+from onceflow.lab.transactions import fates
 
 MESSAGES = 160
 PRODUCE_S = 3.0
@@ -29,25 +39,65 @@ def _run(tmp_path: Path, guarantee: str, faults: tuple[str, ...], broker_fault: 
     return result
 
 
+def _check(events: list[dict[str, object]], input_topic: str) -> CheckResult:
+    return check(events, input_topic, input_topic.removesuffix("-input") + "-output")
+
+
 def _values(result: RunResult, *kinds: str) -> set[str]:
     return {value for anomaly in result.check.of_kind(*kinds) for value in anomaly.values}
 
 
-@pytest.mark.timeout(120)
-def test_a_broker_serving_aborted_records_to_read_committed_readers_is_caught(tmp_path: Path) -> None:
-    result = _run(tmp_path, "exactly-once", (), "serve-aborted")
-    events = read_history(tmp_path / "history")
+@pytest.mark.timeout(150)
+def test_a_broker_serving_aborted_records_to_every_reader_fails_exactly_once(tmp_path: Path) -> None:
+    """Every read_committed read, the final ones too, returns aborted records: the broker's own
+    reads show none aborted, so only the history can tell. `lab run` reports the aborted reads,
+    says the fault was caught, and exits 1; its control, the same run without the fault, is clean
+    with the same coverage."""
+    report, workdir = tmp_path / "lab.json", tmp_path / "work"
+    command = [
+        sys.executable, "-m", "onceflow.cli", "lab", "run", "--guarantee", "exactly-once", "--faults", "",
+        "--messages", str(MESSAGES), "--seconds", str(PRODUCE_S), "--seed", "5",
+        "--broker-fault", "serve-aborted", "--json", str(report), "--workdir", str(workdir),
+    ]  # fmt: skip
+    faulty = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        (tmp_path / "control").mkdir()
+        control = _run(tmp_path / "control", "exactly-once", (), None)  # meanwhile
+        stdout, stderr = faulty.communicate(timeout=130)
+    finally:
+        if faulty.poll() is None:
+            faulty.kill()
+            faulty.wait()
+    assert faulty.returncode == 1, stderr[-3000:]
+    assert "broker fault serve-aborted: expected: caught — caught" in stdout
+    assert "broken promise: exactly-once never reads aborted data" in stderr
+    [run] = json.loads(report.read_text())["runs"]
+    assert run["aborted_reads"] > 0 and run["verdicts"]["aborted_reads"] == FOUND
+    assert run["control"]["verdict"] == CAUGHT
+    # The broker's own reads hid its aborted records: the cross-check says so.
+    events = read_history(next(workdir.glob("run-*")) / "history")
     [input_topic] = {e["topic"] for e in events if e["type"] == "read" and e["topic"].endswith("-input")}
-    in_log = final_reads(events)[input_topic].aborted()
-    assert result.coverage["aborted_records_in_log"] == len(in_log) > 0
+    assert final_reads(events)[input_topic].aborted() == {}
+    aborted = fates(events).aborted(input_topic)
+    assert run["coverage"]["aborted_records"] == len(aborted) > 0
+    assert not run["cross_check"]["agrees"] and run["cross_check"]["differ"] >= len(aborted)
     polled = {
-        (anomaly.offsets[0], anomaly.values[0])
-        for anomaly in result.check.of_kind(ABORTED_READ)
-        if "read a record of an aborted transaction" in anomaly.detail
+        (anomaly.offsets[0][1:], anomaly.values[0])
+        for anomaly in _check(events, input_topic).of_kind(ABORTED_READ)
+        if "worker" in anomaly.detail
     }
-    # Every aborted record reached a worker, at its offset in the log.
-    assert polled == {((input_topic, p, o), value) for (p, o), value in in_log.items()}
-    assert result.verdicts == {"lost": NOT_TESTED, "duplicated": NOT_TESTED, "aborted_reads": FOUND}
+    assert polled == set(aborted.items())  # every aborted record reached a worker, at its offset
+    # The control: the same aborts, none of them read.
+    assert control.coverage["aborted_records"] == len(aborted)
+    assert control.check.anomalies == [] and control.verdicts["aborted_reads"] == CLEAN
+    assert control.cross_check["agrees"] and control.cross_check["compared"] > 0
+    assert control.control is None
 
 
 @pytest.mark.timeout(120)
@@ -57,6 +107,7 @@ def test_a_broker_losing_acknowledged_writes_is_caught(tmp_path: Path) -> None:
     dropped = set(result.broker_fault_effects["dropped_values"])
     assert dropped and _values(result, LOST_WRITE, LOST_DOWNSTREAM) == dropped
     assert result.verdicts == {"lost": FOUND, "duplicated": NOT_TESTED}
+    assert result.control is not None and result.control["verdict"] == CAUGHT
 
 
 @pytest.mark.timeout(120)
@@ -69,16 +120,19 @@ def test_a_broker_storing_writes_twice_is_caught(tmp_path: Path) -> None:
         # A copied input value is processed twice, and each output copy may be copied again.
         assert len(set(anomaly.offsets)) == len(anomaly.offsets) >= 2, anomaly
     assert result.verdicts == {"lost": NOT_TESTED, "duplicated": FOUND}
+    assert result.control is not None and result.control["verdict"] == CAUGHT
 
 
 @pytest.mark.timeout(120)
 def test_exactly_once_with_aborted_transactions_in_the_log_is_clean(tmp_path: Path) -> None:
     result = _run(tmp_path, "exactly-once", ("producer-crash", "consumer-crash"), None)
-    assert result.coverage["aborted_records_in_log"] > 0
+    assert result.coverage["aborted_records"] > 0
+    assert result.coverage["resent_by_new_session"] > 0  # the killed producer's transaction, sent again
     assert result.coverage["consumers_killed_before_commit"] > 0
     assert result.coverage["producers_killed_mid_batch"] > 0
     assert result.check.anomalies == []
     assert result.verdicts == {"lost": CLEAN, "duplicated": CLEAN, "aborted_reads": CLEAN}
+    assert result.cross_check["agrees"] and result.cross_check["compared"] > 0
 
 
 @pytest.mark.timeout(120)

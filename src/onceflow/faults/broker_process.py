@@ -89,9 +89,15 @@ def _stopped(pid: int) -> bool:
     return all(fields[0] in "TZX" for fields in threads if fields is not None)
 
 
-def wait_until(condition: Callable[[], object], timeout_s: float = 30.0, interval_s: float = 0.05) -> None:
+def wait_until(
+    condition: Callable[[], object],
+    timeout_s: float = 30.0,
+    interval_s: float = 0.05,
+    what: str = "a condition",
+) -> None:
+    """Until `condition()` is true; past the deadline a TimeoutError that names `what` it waited for."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
+            raise TimeoutError(f"waited {timeout_s:g} s for {what}")
         time.sleep(interval_s)

@@ -11,13 +11,23 @@ The broker-side faults:
 - `leader-crash`: the leader is SIGKILLed while it holds values the followers lack.
 - `unclean-election`: `unclean.leader.election.enable=true`, so a replica outside the ISR may lead.
 
-Two faults, four rows: the acks rows share the first (a topic each), the election rows the second.
-A row whose fault did not create its precondition (nothing written, or acknowledged, during the
-lag; for a "may lose" row, nothing lost) is "not tested", which fails the run as a disagreement does.
+The rows are data (`ROWS`): each names the fault scenario it goes through (`SCENARIOS`), and the
+rows of one scenario share one injection of it, a topic each. Adding a row is one more `Row` in
+`ROWS`, and a scenario in `SCENARIOS` when it needs a fault of its own.
+
+Predictions: "may lose" (acks=1, an unclean election), "never loses" (acks=all with
+min.insync.replicas=2, a clean election), "refuses" (acks=all while fewer than min.insync.replicas
+are in sync: NOT_ENOUGH_REPLICAS, never an acknowledgement). A row whose fault did not create its
+precondition (nothing written, or acknowledged, during the fault; for a "may lose" row, nothing
+lost) is "not tested", which fails the run as a disagreement does.
+
+Each row's history holds its sends, acks and refusals, the fault's steps (`fault` events with an
+`action`, see `FAULT_BANDS`) and the final read, so the report can draw it on a timeline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -55,6 +65,15 @@ WAIT_S = 60.0
 ATTEMPTS = 2  # of a fault whose rows came out not tested
 MAY_LOSE = "may lose"
 NEVER_LOSES = "never loses"
+REFUSES = "refuses"
+# The errors of an acks=all write refused for want of in-sync replicas.
+REFUSALS = ("NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+# A fault's steps as the rows' histories record them: the band each pair draws on the timeline.
+FAULT_BANDS = {
+    "followers-stopped": ("followers stopped (SIGSTOP)", "followers-resumed"),
+    "followers-killed": ("followers down (SIGKILL)", "followers-restarted"),
+    "leader-killed": ("leader down (SIGKILL)", "leader-restarted"),
+}
 # The clients' complaints about the brokers the faults kill: the table says what happened.
 QUIET = {"log_level": 0}
 AGREES, DISAGREES, NOT_TESTED = "agrees", "disagrees", "not tested"
@@ -67,6 +86,7 @@ class Row:
     name: str
     topic: str
     settings: str
+    scenario: str  # a key of SCENARIOS
     faults: tuple[str, ...]
     rule: str
     prediction: str
@@ -75,6 +95,7 @@ class Row:
     history: list[Event] = field(default_factory=list)
     sent_during_fault: int = 0
     acknowledged_during_fault: int = 0
+    refused_during_fault: int = 0
     # The loss rules are tested by values acknowledged during the fault; acks=all with
     # min.insync.replicas=2 by values offered then (which it must not acknowledge and lose).
     needs_acknowledged_during_fault: bool = True
@@ -85,6 +106,8 @@ class Row:
         show; `to_json` adds a "may lose" row that lost nothing)."""
         if not self.sent_during_fault:
             return "nothing was written during the fault"
+        if self.prediction == REFUSES:
+            return None  # an acknowledgement during the fault would break the prediction
         if self.needs_acknowledged_during_fault and not self.acknowledged_during_fault:
             return "nothing was acknowledged during the fault"
         if not self.offline_without_leader:
@@ -101,8 +124,12 @@ class Row:
             untested = "no acknowledged value was the leader's alone when it died"
         if untested:
             verdict = NOT_TESTED
-        elif self.prediction == NEVER_LOSES and lost:
+        elif self.prediction in (NEVER_LOSES, REFUSES) and lost:
             verdict = DISAGREES
+        elif self.prediction == REFUSES and (
+            self.acknowledged_during_fault or self.refused_during_fault < self.sent_during_fault
+        ):
+            verdict = DISAGREES  # acknowledged with too few copies, or left unanswered
         else:
             verdict = AGREES
         return {
@@ -116,70 +143,83 @@ class Row:
             "acknowledged": result.acknowledged,
             "sent_during_fault": self.sent_during_fault,
             "acknowledged_during_fault": self.acknowledged_during_fault,
+            "refused_during_fault": self.refused_during_fault,
             "lost": len(lost),
             "lost_values": lost,
             "verdict": verdict,
             "agrees": verdict == AGREES,
             "not_tested_because": untested,
             "anomalies": [anomaly.to_json() for anomaly in result.anomalies],
+            "picture": picture(self.history, self.topic, lost),
         }
 
 
+LAG_THEN_CRASH, LEADER_ALONE_CRASHES = "lag-then-crash", "leader-alone-crashes"
+LAG_CRASH = ("follower-lag", "leader-crash")
+ROWS = (
+    Row(
+        "acks=1",
+        "acks-1",
+        "acks=1, min.insync.replicas=1",
+        LAG_THEN_CRASH,
+        LAG_CRASH,
+        "the leader's append is enough: a failover loses what only it had",
+        MAY_LOSE,
+        "1",
+        {"min.insync.replicas": "1"},
+    ),
+    Row(
+        "acks=all,isr>=2",
+        "acks-all",
+        "acks=all, min.insync.replicas=2",
+        LAG_THEN_CRASH,
+        LAG_CRASH,
+        "an ack waits for a second copy: writes during the lag go unanswered",
+        NEVER_LOSES,
+        "all",
+        {"min.insync.replicas": "2"},
+        needs_acknowledged_during_fault=False,
+    ),
+    Row(
+        "acks=all,1 in sync",
+        "acks-all-alone",
+        "acks=all, min.insync.replicas=2, the leader alone in the ISR",
+        LEADER_ALONE_CRASHES,
+        LAG_CRASH,
+        "fewer in sync than min.insync.replicas: refused with NOT_ENOUGH_REPLICAS, never acknowledged",
+        REFUSES,
+        "all",
+        {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
+    ),
+    Row(
+        "unclean",
+        "unclean",
+        "acks=all, min.insync.replicas=1, unclean.leader.election.enable=true",
+        LEADER_ALONE_CRASHES,
+        (*LAG_CRASH, "unclean-election"),
+        "a stale replica leads: what only the old leader had is cut",
+        MAY_LOSE,
+        "all",
+        {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"},
+    ),
+    Row(
+        "clean",
+        "clean",
+        "acks=all, min.insync.replicas=1, unclean.leader.election.enable=false",
+        LEADER_ALONE_CRASHES,
+        LAG_CRASH,
+        "offline until an ISR member returns: nothing is lost",
+        NEVER_LOSES,
+        "all",
+        {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"},
+    ),
+)
+
+
 def rows_to_run(attempt: int = 1) -> list[Row]:
-    """The four rows; a later attempt writes to topics of its own."""
-    rows = _rows()
-    if attempt > 1:
-        for row in rows:
-            row.topic = f"{row.topic}-{attempt}"
-    return rows
-
-
-def _rows() -> list[Row]:
-    lag_crash = ("follower-lag", "leader-crash")
-    election = (*lag_crash, "unclean-election")
-    return [
-        Row(
-            "acks=1",
-            "acks-1",
-            "acks=1, min.insync.replicas=1",
-            lag_crash,
-            "the leader's append is enough: a failover loses what only it had",
-            MAY_LOSE,
-            "1",
-            {"min.insync.replicas": "1"},
-        ),
-        Row(
-            "acks=all,isr>=2",
-            "acks-all",
-            "acks=all, min.insync.replicas=2",
-            lag_crash,
-            "an ack waits for a second copy: writes during the lag go unanswered",
-            NEVER_LOSES,
-            "all",
-            {"min.insync.replicas": "2"},
-            needs_acknowledged_during_fault=False,
-        ),
-        Row(
-            "unclean",
-            "unclean",
-            "acks=all, min.insync.replicas=1, unclean.leader.election.enable=true",
-            election,
-            "a stale replica leads: what only the old leader had is cut",
-            MAY_LOSE,
-            "all",
-            {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"},
-        ),
-        Row(
-            "clean",
-            "clean",
-            "acks=all, min.insync.replicas=1, unclean.leader.election.enable=false",
-            lag_crash,
-            "offline until an ISR member returns: nothing is lost",
-            NEVER_LOSES,
-            "all",
-            {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"},
-        ),
-    ]
+    """Fresh rows to measure; a later attempt writes to topics of its own."""
+    suffix = f"-{attempt}" if attempt > 1 else ""
+    return [dataclasses.replace(row, topic=f"{row.topic}{suffix}", history=[]) for row in ROWS]
 
 
 class Cluster:
@@ -202,7 +242,7 @@ class Cluster:
             )
         with ThreadPoolExecutor(len(BROKER_IDS)) as pool:
             list(pool.map(BrokerProcess.start, self.brokers.values()))
-        wait_until(lambda: self.known_to_all(BROKER_IDS), WAIT_S, 0.1)
+        wait_until(lambda: self.known_to_all(BROKER_IDS), WAIT_S, 0.1, what="3 brokers that know each other")
         return self
 
     def stop(self) -> None:
@@ -243,16 +283,40 @@ class Cluster:
         return views is not None and not any(set(broker_ids) & view for view in views)
 
     def partition(self, topic: str) -> Any:
-        described = self.metadata(topic).topics[topic]
-        return None if described.error is not None else described.partitions[0]
+        """Partition 0 of `topic` as the metadata describes it, None while no broker answers or the
+        answer does not have it yet (a broker's view follows ZooKeeper's a little later)."""
+        try:
+            described = self.metadata(topic).topics.get(topic)
+        except KafkaException:
+            return None
+        if described is None or described.error is not None:
+            return None
+        return described.partitions.get(0)
 
     def wait_for_leader(self, topic: str, leader: Callable[[int], bool]) -> int:
+        """The leader of `topic` once one that `leader` accepts is live: the one the check saw."""
+        seen: list[int] = []
+
         def led() -> bool:
             state = self.partition(topic)
-            return state is not None and state.leader in self.live() and leader(state.leader)
+            if state is None or state.leader not in self.live() or not leader(state.leader):
+                return False
+            seen.append(int(state.leader))
+            return True
 
-        wait_until(led, WAIT_S, 0.1)
-        return int(self.partition(topic).leader)
+        wait_until(led, WAIT_S, 0.1, what=f"a new leader of {topic}")
+        return seen[-1]
+
+    def wait_for_state(self, topic: str) -> Any:
+        """Partition 0 of `topic` as the first answer that has it describes it."""
+        seen: list[Any] = []
+
+        def described() -> bool:
+            seen.append(self.partition(topic))
+            return seen[-1] is not None
+
+        wait_until(described, WAIT_S, 0.1, what=f"the metadata of {topic}")
+        return seen[-1]
 
     def wait_for_isr(self, topic: str, isr: tuple[int, ...]) -> None:
         """Until the ISR is `isr`: the leader drops a follower once ZooKeeper ends its session."""
@@ -261,7 +325,7 @@ class Cluster:
             state = self.partition(topic)
             return state is not None and tuple(state.isrs) == isr
 
-        wait_until(shrunk, WAIT_S, 0.1)
+        wait_until(shrunk, WAIT_S, 0.1, what=f"the ISR of {topic} to be {list(isr)}")
 
     def kill(self, broker_ids: Sequence[int]) -> None:
         for broker_id in broker_ids:
@@ -269,36 +333,30 @@ class Cluster:
 
     def restart(self, broker_ids: Sequence[int]) -> None:
         """On the same ports and data dirs, once ZooKeeper has ended their old sessions."""
-        wait_until(lambda: self.gone_from_all(broker_ids), WAIT_S, 0.1)
+        names = ", ".join(f"broker {broker_id}" for broker_id in broker_ids)
+        wait_until(lambda: self.gone_from_all(broker_ids), WAIT_S, 0.1, what=f"ZooKeeper to drop {names}")
         for broker_id in broker_ids:
             self.brokers[broker_id].start()
-        wait_until(lambda: self.known_to_all(broker_ids), WAIT_S, 0.1)
+        wait_until(lambda: self.known_to_all(broker_ids), WAIT_S, 0.1, what=f"every broker to know {names}")
 
 
 def run_broker_table(workdir: Path, log: Callable[[str], None] = lambda _: None) -> list[dict[str, Any]]:
-    """The four rows, measured on a cluster of their own that lives as long as this call. A
-    fault whose rows come out not tested, and none disagreeing, is injected once more, on
-    topics of its own: the rows then say so (`attempts`)."""
+    """Every row, measured on a cluster of its own that lives as long as this call, the rows of
+    one scenario under one injection of it. A scenario whose rows come out not tested, and none
+    disagreeing, is injected once more, on topics of its own: the rows then say so (`attempts`)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    faults = [
-        ("followers lag, the leader crashes (acks=1, acks=all)", _lag_then_leader_crash, slice(0, 2)),
-        (
-            "the leader alone in the ISR crashes (unclean and clean election)",
-            _leader_alone_crashes,
-            slice(2, 4),
-        ),
-    ]
     table: list[dict[str, Any]] = []
     histories: dict[str, list[Event]] = {}
     cluster = Cluster(workdir)
     try:
         log("broker table: starting ZooKeeper and 3 brokers")
         cluster.start()
-        for what, inject, part in faults:
+        for key in dict.fromkeys(row.scenario for row in ROWS):
+            scenario = SCENARIOS[key]
             for attempt in range(1, ATTEMPTS + 1):
-                rows = rows_to_run(attempt)[part]
-                log(f"broker table: {what}" + (f", attempt {attempt}" if attempt > 1 else ""))
-                inject(cluster, rows)
+                rows = [row for row in rows_to_run(attempt) if row.scenario == key]
+                log(f"broker table: {scenario.what}" + (f", attempt {attempt}" if attempt > 1 else ""))
+                scenario.inject(cluster, rows)
                 histories.update({row.topic: row.history for row in rows})
                 judged = [{**row.to_json(), "attempts": attempt} for row in rows]
                 if settled(judged):
@@ -321,7 +379,7 @@ def print_table(rows: Sequence[Mapping[str, Any]], console: Console | None = Non
     """A row per setting: the faults, acknowledged (during the fault), lost, the prediction and
     whether the measurement agrees; then each row's settings and rule. Fits 80 columns."""
     table = Table(title="broker table: 3 brokers, replication factor 3", box=box.SIMPLE_HEAD, padding=(0, 1))
-    for column in ("row", "faults", "acked", "lost", "predicted", "agrees"):
+    for column in ("row", "faults", "acked", "refused", "lost", "predicted", "agrees"):
         table.add_column(column, no_wrap=True)
     shown = {AGREES: "[green]yes[/]", DISAGREES: "[bold red]NO[/]", NOT_TESTED: "[yellow]n/t[/]"}
     for row in rows:
@@ -329,6 +387,7 @@ def print_table(rows: Sequence[Mapping[str, Any]], console: Console | None = Non
             row["row"],
             ",".join(FAULTS[fault][0] for fault in row["faults"]),
             f"{row['acknowledged']} ({row['acknowledged_during_fault']})",
+            str(row["refused_during_fault"]),
             f"[bold]{row['lost']}[/]" if row["lost"] else "0",
             row["prediction"],
             shown[row["verdict"]],
@@ -339,7 +398,11 @@ def print_table(rows: Sequence[Mapping[str, Any]], console: Console | None = Non
         console.print(f"  {row['row']}: {row['settings']}\n    {row['rule']}", highlight=False)
     for name, (short, does) in FAULTS.items():
         console.print(f"  {short} = {name}: {does}", highlight=False)
-    console.print("  acked (n): n of them during the fault; n/t: not tested", highlight=False)
+    console.print(
+        "  acked (n): n of them during the fault; refused: during the fault, with NOT_ENOUGH_REPLICAS;"
+        " n/t: not tested",
+        highlight=False,
+    )
     for row in rows:
         if row.get("attempts", 1) > 1:
             console.print(f"  {row['row']}: measured at attempt {row['attempts']}", highlight=False)
@@ -349,7 +412,13 @@ def problems(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     """The rows that break the documents' prediction or tested nothing, as sentences."""
     found = []
     for row in rows:
-        if row["verdict"] == DISAGREES:
+        if row["verdict"] == DISAGREES and row["prediction"] == REFUSES and not row["lost"]:
+            found.append(
+                f"broker table, {row['row']}: {row['acknowledged_during_fault']} acknowledged and"
+                f" {row['refused_during_fault']} refused of {row['sent_during_fault']} sent with one replica"
+                " in sync, predicted all refused"
+            )
+        elif row["verdict"] == DISAGREES:
             found.append(
                 f"broker table, {row['row']}: lost {row['lost']} acknowledged, predicted to lose none"
             )
@@ -367,38 +436,66 @@ def _lag_then_leader_crash(cluster: Cluster, rows: list[Row]) -> None:
     followers = [broker_id for broker_id in BROKER_IDS if broker_id != LEADER]
     processes = [cluster.brokers[broker_id].process for broker_id in followers]
     with paused([process for process in processes if process is not None]):
+        _mark(rows, "followers-stopped")
         for row in rows:
             _write(cluster, row, [f"during-{index}" for index in range(DURING)], during_fault=True)
         cluster.kill([LEADER])
+        _mark(rows, "leader-killed")
+    _mark(rows, "followers-resumed")
     for row in rows:
         cluster.wait_for_leader(row.topic, lambda leader: leader != LEADER)
         _read_back(cluster, row)
     cluster.restart([LEADER])
+    _mark(rows, "leader-restarted")
 
 
 def _leader_alone_crashes(cluster: Cluster, rows: list[Row]) -> None:
-    """Followers SIGKILLed until the leader is alone in the ISR, writes acknowledged by it alone,
-    the leader SIGKILLed, the followers started again (stale): with unclean election one of them
-    leads (`rows[0]`); without, the partition waits offline for the old leader (`rows[1]`)."""
-    unclean, clean = rows
+    """Followers SIGKILLed until the leader is alone in the ISR, writes to it alone, the leader
+    SIGKILLed, the followers started again (stale): with unclean election one of them leads; without,
+    the partition waits offline for the old leader."""
     _create(cluster, rows)
     for row in rows:
         _write(cluster, row, [f"before-{index}" for index in range(BEFORE)])
     followers = [broker_id for broker_id in BROKER_IDS if broker_id != LEADER]
     cluster.kill(followers)
+    _mark(rows, "followers-killed")
     for row in rows:
         cluster.wait_for_isr(row.topic, (LEADER,))
         _write(cluster, row, [f"during-{index}" for index in range(DURING)], during_fault=True)
     cluster.kill([LEADER])
+    _mark(rows, "leader-killed")
     cluster.restart(followers)
-    cluster.wait_for_leader(unclean.topic, lambda leader: leader != LEADER)
-    _read_back(cluster, unclean)
-    state = cluster.partition(clean.topic)
-    if state is None or state.leader != -1:
-        clean.offline_without_leader = False
+    _mark(rows, "followers-restarted")
+    unclean = [row for row in rows if row.topic_configs.get("unclean.leader.election.enable") == "true"]
+    clean = [row for row in rows if row not in unclean]
+    for row in unclean:
+        cluster.wait_for_leader(row.topic, lambda leader: leader != LEADER)
+        _read_back(cluster, row)
+    for row in clean:
+        row.offline_without_leader = cluster.wait_for_state(row.topic).leader == -1
     cluster.restart([LEADER])
-    cluster.wait_for_leader(clean.topic, lambda leader: leader == LEADER)
-    _read_back(cluster, clean)
+    _mark(rows, "leader-restarted")
+    for row in clean:
+        cluster.wait_for_leader(row.topic, lambda leader: leader == LEADER)
+        _read_back(cluster, row)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    what: str  # as the progress line says it
+    inject: Callable[[Cluster, list[Row]], None]
+
+
+SCENARIOS = {
+    LAG_THEN_CRASH: Scenario("followers lag, the leader crashes", _lag_then_leader_crash),
+    LEADER_ALONE_CRASHES: Scenario("the leader alone in the ISR crashes", _leader_alone_crashes),
+}
+
+
+def _mark(rows: list[Row], action: str) -> None:
+    """A step of the fault, in every row's history."""
+    for row in rows:
+        row.history.append(_event("lab", "fault", action=action))
 
 
 def _create(cluster: Cluster, rows: list[Row]) -> None:
@@ -422,16 +519,18 @@ def _write(cluster: Cluster, row: Row, values: list[str], during_fault: bool = F
     # During the fault only the leader answers: a client that asked a stopped follower for
     # metadata would wait out its request timeout, and the pause would run long.
     bootstrap = cluster.brokers[LEADER].address if during_fault else cluster.bootstrap
-    acknowledged = _produce(bootstrap, row.topic, row.acks, values, row.history, quick=during_fault)
+    acknowledged, refused = _produce(bootstrap, row.topic, row.acks, values, row.history, quick=during_fault)
     if during_fault:
         row.sent_during_fault += len(values)
         row.acknowledged_during_fault += acknowledged
+        row.refused_during_fault += refused
 
 
 def _produce(
     bootstrap: str, topic: str, acks: str, values: list[str], history: list[Event], quick: bool
-) -> int:
-    """How many of `values` were acknowledged; sends and acks go to `history`."""
+) -> tuple[int, int]:
+    """How many of `values` were acknowledged, and refused for want of in-sync replicas; sends,
+    acks and failures go to `history`."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -444,16 +543,19 @@ def _produce(
             "message.timeout.ms": 1500 if quick else 20_000,
         }
     )
-    acknowledged = 0
+    acknowledged = refused = 0
 
     def delivered(error: KafkaError | None, message: Message) -> None:
-        nonlocal acknowledged
+        nonlocal acknowledged, refused
+        value = (message.value() or b"").decode()
         if error is None:
             acknowledged += 1
-            value = (message.value() or b"").decode()
             history.append(
                 _event("producer", "ack", topic=topic, value=value, partition=0, offset=message.offset())
             )
+        else:
+            refused += error.name() in REFUSALS
+            history.append(_event("producer", "fail", topic=topic, value=value, error=error.name()))
 
     together = quick and acks == "all"
     for value in values:
@@ -462,7 +564,7 @@ def _produce(
         if not together:
             producer.flush(30)
     producer.flush(30)
-    return acknowledged
+    return acknowledged, refused
 
 
 def _high_watermark(consumer: Consumer, topic: str, deadline: float) -> int:
@@ -510,3 +612,52 @@ def _read_back(cluster: Cluster, row: Row) -> None:
 def _event(process: str, type_: str, **fields: Any) -> Event:
     """In the shape of `history.HistoryWriter`'s lines, which the checker reads."""
     return {"time": round(time.time(), 6), "process": process, "type": type_, **fields}
+
+
+def picture(history: Sequence[Event], topic: str, lost: Iterable[str]) -> dict[str, Any]:
+    """What the report draws of a row, in seconds since its first event: each value written, when,
+    and what became of it (kept, lost, refused, unanswered), the fault's steps as bands, and when
+    the values were read back."""
+    if not history:
+        return {"duration": 0.0, "marks": [], "bands": [], "reads": []}
+    start = min(event["time"] for event in history)
+    duration = max(max(event["time"] for event in history) - start, 0.5)
+    lost = set(lost)
+    sent: dict[str, float] = {}
+    acked: set[str] = set()
+    refused: set[str] = set()
+    bands: list[dict[str, Any]] = []
+    open_bands: dict[str, dict[str, Any]] = {}
+    for event in history:
+        at = round(event["time"] - start, 3)
+        if event["type"] == "send" and event["topic"] == topic:
+            sent.setdefault(event["value"], at)
+        elif event["type"] == "ack":
+            acked.add(event["value"])
+        elif event["type"] == "fail" and event["error"] in REFUSALS:
+            refused.add(event["value"])
+        elif event["type"] == "fault" and event["action"] in open_bands:
+            open_bands.pop(event["action"])["end"] = at
+        elif event["type"] == "fault" and event["action"] in FAULT_BANDS:
+            label, end_action = FAULT_BANDS[event["action"]]
+            band = {"label": label, "start": at, "end": round(duration, 3)}
+            bands.append(band)
+            open_bands[end_action] = band
+    marks = [
+        {
+            "value": value,
+            "at": at,
+            "fate": _fate(value, lost, acked, refused),
+        }
+        for value, at in sent.items()
+    ]
+    reads = [round(event["time"] - start, 3) for event in history if event["type"] == "read"]
+    return {"duration": round(duration, 3), "marks": marks, "bands": bands, "reads": reads}
+
+
+def _fate(value: str, lost: set[str], acked: set[str], refused: set[str]) -> str:
+    if value in lost:
+        return "lost"
+    if value in acked:
+        return "kept"
+    return "refused" if value in refused else "unanswered"

@@ -2,11 +2,18 @@
 and final reads, and reports every anomaly with the values and offsets involved.
 
 Event types it reads (see `history.py`; every event also has `time`, `process` and `type`):
-- `send` {topic, value} and `ack` {topic, value, partition, offset|None} of producers;
+- `send` {topic, value} and `ack` {topic, value, partition, offset|None} of producers, and
+  `unhandled-ack` {topic, value, partition, offset}: an ack the producer died before handling;
+- `written`, `commit-txn` and `txn` of transactional clients (`transactions.py`): which records
+  were aborted is decided from these, as the clients saw their transactions end, never from the
+  broker under test;
 - `assign` {topic, partitions} and `poll` {topic, isolation, records: [[partition, offset, value]]}
   of consumers;
 - `read` {topic, isolation, records, ends: [[partition, end offset]]}: the final read of a topic
   from offset 0 to its end (the LSO for read_committed).
+
+The broker's own view of its aborted records (read_uncommitted below the LSO minus read_committed)
+is only a cross-check, reported beside the verdicts (`log_agreement`).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from onceflow.lab.history import Event
+from onceflow.lab.transactions import ABORTED, COMMITTED, Fates, fates
 
 Position = tuple[str, int, int]  # topic, partition, offset
 
@@ -75,7 +83,8 @@ class CheckResult:
 
     @property
     def aborted_reads(self) -> int:
-        return len(self.of_kind(ABORTED_READ))
+        """Distinct values of aborted transactions that reached a read_committed reader or the output."""
+        return len({value for anomaly in self.of_kind(ABORTED_READ) for value in anomaly.values})
 
 
 class FinalRead:
@@ -99,7 +108,8 @@ class FinalRead:
         return {partition: sorted(offsets) for partition, offsets in per_partition.items()}
 
     def aborted(self) -> dict[tuple[int, int], str]:
-        """Records a read_uncommitted read returned below the LSO that read_committed skipped."""
+        """Records a read_uncommitted read returned below the LSO that read_committed skipped: the
+        broker's view of its aborted records, for the cross-check only."""
         committed = {(p, o) for p, o, _v in self.records["read_committed"]}
         ends = self.ends["read_committed"]
         return {
@@ -123,6 +133,7 @@ def final_reads(events: Iterable[Event]) -> defaultdict[str, FinalRead]:
 def check(events: Iterable[Event], input_topic: str = "input", output_topic: str = "output") -> CheckResult:
     events = list(events)
     reads = final_reads(events)
+    transactions = fates(events)
     sent = {e["value"] for e in events if e["type"] == "send" and e["topic"] == input_topic}
     acks = {e["value"]: e for e in events if e["type"] == "ack" and e["topic"] == input_topic}
     committed_in = reads[input_topic].positions("read_committed")
@@ -132,9 +143,9 @@ def check(events: Iterable[Event], input_topic: str = "input", output_topic: str
     for topic in (input_topic, output_topic):
         if topic in reads:
             anomalies += _duplicates(topic, reads[topic].positions("read_committed"))
-    anomalies += _aborted_reads(events, reads, input_topic, committed_out)
+    anomalies += _aborted_reads(events, transactions, input_topic, committed_out)
     anomalies += _inconsistent_offsets(events)
-    anomalies += _poll_order(events, reads)
+    anomalies += _poll_order(events, reads, transactions)
     delivered = committed_out if committed_out is not None else committed_in
     return CheckResult(
         produced=len(sent), acknowledged=len(acks), delivered=len(delivered), anomalies=anomalies
@@ -179,44 +190,67 @@ def _duplicates(topic: str, committed: dict[str, list[tuple[int, int]]]) -> list
 
 def _aborted_reads(
     events: list[Event],
-    reads: dict[str, FinalRead],
+    transactions: Fates,
     input_topic: str,
     committed_out: dict[str, list[tuple[int, int]]] | None,
 ) -> list[Anomaly]:
+    """Records the history shows aborted, read with read_committed (by a worker's poll or the final
+    read) or passed on to the output."""
     anomalies = []
-    aborted = {topic: final.aborted() for topic, final in reads.items()}
     for event in events:
-        if event["type"] == "poll" and event["isolation"] == "read_committed":
+        if event["type"] in ("poll", "read") and event["isolation"] == "read_committed":
             topic = event["topic"]
+            aborted = transactions.aborted(topic)
+            detail = (
+                f"{event['process']} read a record of an aborted transaction with read_committed"
+                if event["type"] == "poll"
+                else "the final read_committed read returned a record of an aborted transaction"
+            )
             for p, o, v in event["records"]:
-                if (p, o) in aborted.get(topic, {}):
-                    anomalies.append(
-                        Anomaly(
-                            ABORTED_READ,
-                            [v],
-                            [(topic, p, o)],
-                            f"{event['process']} read a record of an aborted transaction with read_committed",
-                        )
-                    )
-    if committed_out is not None and input_topic in reads:
-        committed_in = reads[input_topic].positions("read_committed")
-        for (p, o), value in aborted[input_topic].items():
-            if value in committed_out and value not in committed_in:
-                anomalies.append(
-                    Anomaly(
-                        ABORTED_READ,
-                        [value],
-                        [(input_topic, p, o)],
-                        "aborted in the input, yet delivered to the output",
-                    )
-                )
+                if aborted.get((p, o)) == v:
+                    anomalies.append(Anomaly(ABORTED_READ, [v], [(topic, p, o)], detail))
+    if committed_out is not None:
+        positions = {value: position for position, value in transactions.aborted(input_topic).items()}
+        for value in sorted(transactions.only_aborted_values(input_topic) & committed_out.keys()):
+            at = [(input_topic, *positions[value])] if value in positions else []
+            detail = "aborted in the input, yet delivered to the output"
+            anomalies.append(Anomaly(ABORTED_READ, [value], at, detail))
     return anomalies
+
+
+def log_agreement(events: Iterable[Event]) -> dict[str, Any]:
+    """The cross-check: whether the broker's own view of which records were aborted (its final
+    reads: read_uncommitted below the LSO, skipped by read_committed) matches the history's, on the
+    records the history knows the fate of. Never a verdict's source."""
+    events = list(events)
+    transactions = fates(events)
+    compared, differing = 0, []
+    for topic, final in sorted(final_reads(events).items()):
+        in_log = {(p, o): v for p, o, v in final.records["read_uncommitted"]}
+        aborted_in_log = final.aborted()
+        ends = final.ends["read_committed"]
+        known = ((ABORTED, transactions.aborted(topic)), (COMMITTED, transactions.committed(topic)))
+        for fate, positions in known:
+            for (p, o), value in sorted(positions.items()):
+                if o >= ends.get(p, 0) or in_log.get((p, o)) != value:
+                    continue  # past the LSO (not yet decided in the log), or not there at all
+                compared += 1
+                if ((p, o) in aborted_in_log) != (fate == ABORTED):
+                    shown = "aborted" if (p, o) in aborted_in_log else "committed"
+                    where = f"{topic} partition {p} offset {o}"
+                    differing.append(f"{value} at {where}: {fate}, the log says {shown}")
+    return {
+        "agrees": not differing,
+        "compared": compared,
+        "differ": len(differing),
+        "examples": differing[:5],
+    }
 
 
 def _inconsistent_offsets(events: list[Event]) -> list[Anomaly]:
     seen: dict[Position, set[str]] = defaultdict(set)
     for event in events:
-        if event["type"] == "ack" and event.get("offset") is not None:
+        if event["type"] in ("ack", "written", "unhandled-ack") and event.get("offset") is not None:
             seen[(event["topic"], event["partition"], event["offset"])].add(event["value"])
         elif event["type"] in ("poll", "read"):
             for p, o, v in event["records"]:
@@ -228,15 +262,22 @@ def _inconsistent_offsets(events: list[Event]) -> list[Anomaly]:
     ]
 
 
-def _poll_order(events: list[Event], reads: dict[str, FinalRead]) -> list[Anomaly]:
+def _poll_order(events: list[Event], reads: dict[str, FinalRead], transactions: Fates) -> list[Anomaly]:
     """Within one consumer, each partition's polls must advance and skip nothing its isolation level
-    could read; an assignment restarts the partitions from their committed offsets."""
+    could read (for read_committed: what the final read returned, less what the history shows
+    aborted); an assignment restarts the partitions from their committed offsets."""
     anomalies = []
     present = {
         (topic, isolation): final.offsets(isolation)
         for topic, final in reads.items()
         for isolation in ("read_committed", "read_uncommitted")
     }
+    for topic in reads:
+        aborted = transactions.aborted(topic)
+        committed = present[(topic, "read_committed")]
+        present[(topic, "read_committed")] = {
+            p: [o for o in offsets if (p, o) not in aborted] for p, offsets in committed.items()
+        }
     last: dict[tuple[str, str, int], tuple[int, str]] = {}
     for event in events:
         process, topic = event["process"], event.get("topic", "")

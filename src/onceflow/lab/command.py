@@ -12,7 +12,7 @@ from onceflow.admin.client import check_reachable
 from onceflow.admin.errors import AdminError
 from onceflow.arguments import output_directory, output_file, positive_float, positive_int
 from onceflow.faults.proxy import BROKER_FAULTS
-from onceflow.lab import faults
+from onceflow.lab import controls, faults
 from onceflow.lab.presets import PRESETS
 
 REACH_TIMEOUT_S = 5.0
@@ -43,7 +43,8 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--broker-fault",
         choices=BROKER_FAULTS,
-        help="make the lab's broker misbehave, to see the checker catch it (a negative control)",
+        help="make the lab's broker misbehave, to see the checker catch it (a negative control):"
+        " each run says caught or MISSED",
     )
     run.add_argument("--seed", type=int, default=1)
     run.add_argument(
@@ -82,6 +83,9 @@ def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
         " acks=1 and acks=all under follower-lag and leader-crash, unclean-election",
     )
     broker_table.add_argument("--json", type=output_file, help="write the rows as JSON here")
+    broker_table.add_argument(
+        "--html", type=output_file, help="write a self-contained HTML page of the rows, each on a timeline"
+    )
     broker_table.add_argument(
         "--workdir", type=output_directory, help="keep broker data, logs and histories here"
     )
@@ -138,18 +142,17 @@ def run_lab_command(args: argparse.Namespace) -> int:
     report.print_table(runs)
     for line in broker_metrics.summaries(runs):
         print(line)
+    for number, run in enumerate(runs, 1):
+        if run["control"] is not None:
+            print(f"#{number} {run['guarantee']}: {controls.line(run['control'])}")
     if args.json:
         report.write_json(runs, args.json)
     if args.html:
         report.write_html(runs, args.html)
-    untested = [(result, result.not_tested) for result in results if result.not_tested]
-    for result, anomalies in untested:
-        print(
-            f"onceflow: {report.label(result.to_json())}: {', '.join(anomalies)} not tested:"
-            " the faults never created their preconditions",
-            file=sys.stderr,
-        )
-    return 1 if untested else 0
+    found = report.problems(runs)
+    for problem in found:
+        print(f"onceflow: {problem}", file=sys.stderr)
+    return 1 if found else 0
 
 
 def bootstrap_error(bootstrap: str | None) -> AdminError | None:
@@ -172,7 +175,7 @@ def _run_matrix(args: argparse.Namespace) -> int:
     chosen = set(args.failure or [failure.key for failure in matrix.FAILURES])
     failures = [failure for failure in matrix.FAILURES if failure.key in chosen]
     guarantees = list(dict.fromkeys(args.guarantee or PRESETS))
-    cells = [(failure, guarantee) for failure in failures for guarantee in guarantees]
+    cells = [(f, g) for f in failures for g in guarantees if matrix.applies(f, g)]
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="onceflow-matrix-") as scratch:
         rows = matrix.run_cells(
@@ -199,7 +202,7 @@ def _run_matrix(args: argparse.Namespace) -> int:
 def _run_broker_table(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from onceflow.lab import broker_table
+    from onceflow.lab import broker_table, report
 
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="onceflow-broker-table-") as scratch:
@@ -207,6 +210,8 @@ def _run_broker_table(args: argparse.Namespace) -> int:
     broker_table.print_table(rows)
     if args.json:
         args.json.write_text(json.dumps({"broker_table": rows}, indent=2) + "\n", encoding="utf-8")
+    if args.html:
+        report.write_html([], args.html, "onceflow broker table", broker_table=rows)
     found = broker_table.problems(rows)
     for problem in found:
         print(f"onceflow: {problem}", file=sys.stderr)

@@ -2,10 +2,11 @@
 
 A check that found nothing proves something only if the run gave it a chance to fail: "0 aborted
 reads" means nothing when no aborted transaction ever reached the log. Every count comes from what
-happened, not from what the schedule meant to happen:
-- `aborted_records_in_log`: records of the input topic a read_uncommitted read returns below the
-  LSO and a read_committed read skips, i.e. records of aborted transactions, from the final reads
-  of the log itself;
+happened, not from what the schedule meant to happen, and none from the broker under test's
+isolation logic:
+- `aborted_records`: records of the input topic in transactions the history shows aborted
+  (`transactions.py`), at offsets the broker acknowledged, that read_committed consumers read past
+  (a poll of theirs returned that offset or a later one of its partition);
 - `acks_lost`: responses to writes (Produce, OffsetCommit, TxnOffsetCommit, EndTxn) the proxy
   destroyed after the broker had acted on them, or that were still due on a connection the proxy
   reset;
@@ -14,6 +15,9 @@ happened, not from what the schedule meant to happen:
 - `broker_kills`: SIGKILLs of the broker;
 - `producers_killed_mid_batch`: producer incarnations that died with their last send neither
   acknowledged nor aborted;
+- `resent_by_new_session`: values a restarted producer (a new producer session: a new producer id
+  unless a transactional id carries it over) sent again after the broker had stored them for its
+  predecessor (`written`, or an `unhandled-ack`);
 - `consumers_killed_before_commit`: worker incarnations that died with polled records they had
   not committed (so they are read again);
 - `consumers_killed_before_output`: worker incarnations that died with committed records they had
@@ -29,15 +33,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from onceflow.lab.checker import CheckResult, final_reads
+from onceflow.lab.checker import CheckResult
 from onceflow.lab.history import Event
+from onceflow.lab.transactions import fates
 
 COUNTERS = (
-    "aborted_records_in_log",
+    "aborted_records",
     "acks_lost",
     "produce_requests_lost",
     "broker_kills",
     "producers_killed_mid_batch",
+    "resent_by_new_session",
     "consumers_killed_before_commit",
     "consumers_killed_before_output",
     "zombies_resumed",
@@ -52,9 +58,15 @@ PRECONDITIONS: dict[str, tuple[str, ...]] = {
         "consumers_killed_before_commit",
         "consumers_killed_before_output",
     ),
-    "duplicated": ("acks_lost", "broker_kills", "consumers_killed_before_commit", "zombies_resumed"),
+    "duplicated": (
+        "acks_lost",
+        "broker_kills",
+        "resent_by_new_session",
+        "consumers_killed_before_commit",
+        "zombies_resumed",
+    ),
     # Only read_committed workers can read an aborted record they should not have.
-    "aborted_reads": ("aborted_records_in_log",),
+    "aborted_reads": ("aborted_records",),
 }
 FOUND, CLEAN, NOT_TESTED = "found", "clean", "not tested"
 
@@ -72,9 +84,8 @@ def measure(
     counts["acks_lost"] = acks_lost
     counts["broker_kills"] = broker_kills
     counts["produce_requests_lost"] = produce_requests_lost
-    reads = final_reads(events)
-    if input_topic in reads:
-        counts["aborted_records_in_log"] = len(reads[input_topic].aborted())
+    counts["aborted_records"] = _aborted_records_read_past(events, input_topic)
+    counts["resent_by_new_session"] = _resent_by_new_session(events)
     by_process: dict[str, list[Event]] = defaultdict(list)
     for event in events:
         by_process[event["process"]].append(event)
@@ -103,6 +114,37 @@ def measure(
     return counts
 
 
+def _aborted_records_read_past(events: list[Event], topic: str) -> int:
+    furthest: dict[int, int] = {}
+    for event in events:
+        if event["type"] == "poll" and event["topic"] == topic and event["isolation"] == "read_committed":
+            for partition, offset, _value in event["records"]:
+                furthest[partition] = max(furthest.get(partition, -1), offset)
+    aborted = fates(events).aborted(topic)
+    return sum(1 for partition, offset in aborted if offset <= furthest.get(partition, -1))
+
+
+def _resent_by_new_session(events: list[Event]) -> int:
+    """Values a producer incarnation sent that the broker had stored for an earlier one."""
+    stored: dict[tuple[str, str], int] = {}  # (producer, value) -> the incarnation it was stored for
+    resent = set()
+    for event in sorted(events, key=lambda event: _incarnation(event["process"])):
+        name, incarnation = event["process"].partition(".")[0], _incarnation(event["process"])
+        if not name.startswith("producer"):
+            continue
+        key = (name, str(event.get("value")))
+        if event["type"] in ("written", "unhandled-ack"):
+            stored.setdefault(key, incarnation)
+        elif event["type"] == "send" and stored.get(key, incarnation) < incarnation:
+            resent.add(key)
+    return len(resent)
+
+
+def _incarnation(process: str) -> int:
+    incarnation = process.partition(".")[2]
+    return int(incarnation) if incarnation.isdigit() else -1
+
+
 def _after_last(history: list[Event], kind: str) -> list[Event] | None:
     """The events after the last one of `kind`, or None when there is none."""
     for index in range(len(history) - 1, -1, -1):
@@ -116,7 +158,7 @@ def _killed_mid_batch(history: list[Event]) -> bool:
     if not sends:
         return False
     settled = {event["value"] for event in history if event["type"] in ("ack", "fail")}
-    settled |= {value for event in history if event["type"] == "abort" for value in event["values"]}
+    settled |= {value for event in history if event["type"] == "txn" for value in event["values"]}
     return sends[-1] not in settled
 
 

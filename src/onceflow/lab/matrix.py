@@ -3,9 +3,10 @@ what the documents predict.
 
 A cell is one small lab run (`runner.run_scenario`). For each anomaly it shows the count, or "not
 tested" when the run never created the anomaly's preconditions (`coverage`), next to the
-prediction: at-most-once may lose and never duplicates, at-least-once never loses and may
-duplicate, exactly-once neither loses, duplicates nor reads aborted data. A measurement that
-breaks a "never" is a disagreement.
+prediction (`promises.py`): at-most-once may lose and never duplicates, at-least-once never loses
+and may duplicate, the idempotent producer never duplicates within one producer session (B, D and
+E end it or reprocess input: may), exactly-once neither loses, duplicates nor reads aborted data.
+A measurement that breaks a "never" is a disagreement.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from onceflow.lab import coverage
+from onceflow.lab.presets import PRESETS
+from onceflow.lab.promises import ANOMALIES, MAY, NEVER, predict, why_may
 from onceflow.lab.runner import Log, RunResult, Scenario, run_scenarios
 
 
@@ -32,22 +35,23 @@ class Failure:
 
 FAILURES = (
     Failure("A", "an ack lost after the broker stored the batch", ("lost-acks",)),
-    Failure("B", "a producer crashed in the middle of a batch", ("producer-crash",)),
+    Failure("B", "a producer crashed mid-batch, restarted, sends it again", ("producer-crash",)),
     Failure("C", "fire-and-forget sends lost on the way (a dropped request)", ("lost-requests",)),
     Failure("D", "a consumer crashed after processing, before committing", ("consumer-crash",)),
     Failure("E", "a zombie consumer: paused there, on again once its successor ran", ("zombie-consumer",)),
     Failure("F", "a hanging transaction: the broker's timeout aborts it", ("txn-timeout",)),
 )
-MAY, NEVER = "may", "never"
-# What the documents promise per guarantee; aborted reads matter only to read_committed readers.
-PREDICTIONS: dict[str, dict[str, str]] = {
-    "at-most-once": {"lost": MAY, "duplicated": NEVER},
-    "at-least-once": {"lost": NEVER, "duplicated": MAY},
-    "exactly-once": {"lost": NEVER, "duplicated": NEVER, "aborted_reads": NEVER},
-}
-ANOMALIES = ("lost", "duplicated", "aborted_reads")
 MESSAGES = 150
 PRODUCE_S = 3.0
+
+
+# Failures that need a consume-process-produce stage: a preset without one (the idempotent
+# producer's) has no cell there.
+NEEDS_READERS = frozenset({"consumer-crash", "zombie-consumer", "txn-timeout"})
+
+
+def applies(failure: Failure, guarantee: str) -> bool:
+    return PRESETS[guarantee].consumes or not NEEDS_READERS & set(failure.faults)
 
 
 def judge(failure: Failure, result: RunResult) -> dict[str, Any]:
@@ -55,7 +59,7 @@ def judge(failure: Failure, result: RunResult) -> dict[str, Any]:
     (None: not tested, or nothing to disagree with); and the cell's overall agreement."""
     run = result.to_json()
     cells: dict[str, dict[str, Any]] = {}
-    for anomaly, predicted in PREDICTIONS[result.scenario.guarantee].items():
+    for anomaly, predicted in predict(result.scenario.guarantee, failure.faults).items():
         verdict = result.verdicts.get(anomaly, coverage.NOT_TESTED)
         measured = None if verdict == coverage.NOT_TESTED else int(run[anomaly])
         agrees = None if measured is None else (predicted == MAY or measured == 0)
@@ -67,6 +71,7 @@ def judge(failure: Failure, result: RunResult) -> dict[str, Any]:
         "guarantee": result.scenario.guarantee,
         "faults": list(failure.faults),
         "cells": cells,
+        "why_may": why_may(result.scenario.guarantee, failure.faults),
         # False on any broken promise; None when no promise could be checked at all.
         "agrees": False if False in judged else True if True in judged else None,
         "run": run,

@@ -1,4 +1,6 @@
-"""The three delivery guarantees as plain librdkafka client configs anyone can copy."""
+"""The delivery guarantees as plain librdkafka client configs anyone can copy: the documents' three,
+and at-least-once with the idempotent producer, their formula for exactly-once per partition
+within one producer session."""
 
 from __future__ import annotations
 
@@ -17,6 +19,12 @@ class Preset:
     commit: Commit
     # A transactional producer acknowledges a value when its transaction commits, not on delivery.
     transactional: bool = False
+    # A restarted producer sends again what it never saw acknowledged (at-least-once means retrying
+    # until acknowledged, across restarts too); at-most-once goes on after its last send.
+    resends_unacknowledged: bool = True
+    # Whether a consume-process-produce stage reads what the producers wrote; without one a run
+    # judges the producers' writes alone.
+    consumes: bool = True
     notes: list[str] = field(default_factory=list)
 
 
@@ -26,6 +34,7 @@ AT_MOST_ONCE = Preset(
     producer={"acks": 0, "enable.idempotence": False, "retries": 0, "message.timeout.ms": 5000},
     consumer={"enable.auto.commit": False, "isolation.level": "read_uncommitted"},
     commit="before-processing",
+    resends_unacknowledged=False,
 )
 
 AT_LEAST_ONCE = Preset(
@@ -39,6 +48,25 @@ AT_LEAST_ONCE = Preset(
     },
     consumer={"enable.auto.commit": False, "isolation.level": "read_uncommitted"},
     commit="after-processing",
+)
+
+IDEMPOTENT = Preset(
+    name="idempotent",
+    summary="at-least-once with the idempotent producer: a retry within one producer session is stored"
+    " once; a restarted producer is a new session, whose retries duplicate again",
+    producer={
+        "acks": "all",
+        "enable.idempotence": True,
+        "retries": 2_147_483_647,
+        "message.timeout.ms": 120_000,
+    },
+    consumer={"enable.auto.commit": False, "isolation.level": "read_uncommitted"},
+    commit="after-processing",
+    consumes=False,  # the formula is about a producer's writes: a run has producers only
+    notes=[
+        "the broker keeps the sequence numbers per producer id and partition: a producer restarted"
+        " without a transactional id gets a new producer id, and what it sends again is stored again",
+    ],
 )
 
 EXACTLY_ONCE = Preset(
@@ -56,4 +84,6 @@ EXACTLY_ONCE = Preset(
     ],
 )
 
-PRESETS: dict[str, Preset] = {preset.name: preset for preset in (AT_MOST_ONCE, AT_LEAST_ONCE, EXACTLY_ONCE)}
+PRESETS: dict[str, Preset] = {
+    preset.name: preset for preset in (AT_MOST_ONCE, AT_LEAST_ONCE, IDEMPOTENT, EXACTLY_ONCE)
+}

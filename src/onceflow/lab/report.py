@@ -1,12 +1,16 @@
 """Reports of lab runs: rich tables that fit 80 columns, JSON, and a self-contained HTML page
-after Jepsen's: per run a timeline with the faults as shaded bands and the sends' throughput and
-ack latency over time, the matrix (measured against predicted), the coverage table, and each
-anomaly explained with the history operations around it.
+after Jepsen's: at a glance, the verdicts; then the matrix as a grid of failures against
+guarantees, the broker table with each row's writes on the timeline of its fault, the runs and
+their anomalies as labelled bars, the preconditions each run created, and per run its evidence,
+a timeline with the faults as shaded bands, sends and ack latency over time, and each anomaly
+explained with the history operations around it.
 
 Every function takes runs as plain dicts, in the shape of `RunResult.to_json()`: the keys
 guarantee, faults, produced, acknowledged, delivered, lost, duplicated, aborted_reads and
-anomalies, and for lab runs coverage, verdicts and timeline. A count whose verdict is "not
-tested" (the run never created the anomaly's preconditions) is shown as such, never as a clean 0.
+anomalies, and for lab runs coverage, verdicts, cross_check, control, transactions and timeline.
+A count whose verdict is "not tested" (the run never created the anomaly's preconditions) is shown
+as such, never as a clean 0. Counts are of distinct units (`unit`: a lab run's values, a pipeline
+run's payments), so a column means one thing, and a run's section repeats its table's numbers.
 Every table cell holds text for people (`human`), never JSON.
 """
 
@@ -14,7 +18,6 @@ from __future__ import annotations
 
 import html
 import json
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,9 +25,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from onceflow.lab import charts, controls, promises
+
 Run = Mapping[str, Any]
 COUNTS = ("produced", "acknowledged", "delivered", "lost", "duplicated", "aborted_reads")
-SERIES = (("lost", "#d62728"), ("duplicated", "#ff7f0e"), ("aborted_reads", "#9467bd"))
+# The anomalies the table counts: key, name, colour.
+SERIES = (
+    ("lost", "lost", "#d62728"),
+    ("duplicated", "duplicated", "#ff7f0e"),
+    ("aborted_reads", "aborted reads", "#9467bd"),
+)
 SHOWN_ANOMALIES = 20
 HISTORIES_PER_KIND = 3  # anomalies of each kind shown with their history operations
 NOT_TESTED = "not tested"
@@ -37,17 +47,24 @@ HEADERS = {
     "duplicated": "dup",
     "aborted_reads": "aborted",
 }
-HTML_HEADERS = {"aborted_reads": "aborted reads"}
+HTML_HEADERS = {"delivered": "delivered", "duplicated": "duplicated", "aborted_reads": "aborted reads"}
+# The table's columns of anomalies, and the checker's kinds each one counts.
+GROUPS = (
+    ("lost", "Lost", ("lost-write", "lost-downstream")),
+    ("duplicated", "Duplicated", ("duplicate",)),
+    ("aborted_reads", "Aborted reads", ("aborted-read",)),
+)
 # What each anomaly kind means, for the reader of the report.
 EXPLANATIONS = {
     "lost-write": "The producer was told this value was stored, yet the final read_committed read of"
     " the input does not hold it: an acknowledged write was lost.",
     "lost-downstream": "The value reached the input but never the output: a worker moved its"
     " committed offset past it without writing its result (at-most-once commits first).",
-    "duplicate": "The value is stored more than once: a send retried after its ack was lost, or"
-    " records processed again by a worker that crashed before it committed.",
-    "aborted-read": "A read_committed reader saw (or passed on) a record of an aborted"
-    " transaction, which it must skip.",
+    "duplicate": "The value is stored more than once: a send retried after its ack was lost, sent"
+    " again by a restarted producer, or records processed again by a worker that crashed before it"
+    " committed.",
+    "aborted-read": "A read_committed reader saw (or passed on) a record of a transaction its producer"
+    " saw aborted (or never asked to commit), which it must skip.",
     "inconsistent-offset": "One offset held different values in different reads: the log was"
     " rewritten under its readers.",
     "non-monotonic-poll": "A consumer polled an offset at or before one it had already polled,"
@@ -55,8 +72,12 @@ EXPLANATIONS = {
     "skipping-poll": "A consumer jumped over records its isolation level could read.",
     "wrong-balance": "The database balance differs from the exact sum of the committed payments.",
 }
-FONT_PX = 11
-CHAR_PX = 7.0  # an upper bound of a character's width at FONT_PX in a sans-serif face
+UNITS_NOTE = (
+    "Every count is of distinct units, named in the unit column: a lab run's values, each sent once"
+    " (or sent again by a restarted producer), or a pipeline run's payments, whose order-status and"
+    " seat records count once together. Duplicated: units stored more than once; aborted reads:"
+    " units of aborted transactions that a read_committed reader saw or passed on."
+)
 
 
 def human(value: Any) -> str:
@@ -79,19 +100,97 @@ def label(run: Run) -> str:
     return text + (f" / broker fault {run['broker_fault']}" if run.get("broker_fault") else "")
 
 
+def stage_label(run: Run) -> str:
+    return (f"{run['stage']}: " if "stage" in run else "") + label(run)
+
+
 def untested(run: Run, key: str) -> bool:
     return bool(run.get("verdicts", {}).get(key) == NOT_TESTED)
 
 
 def coverage_text(run: Run) -> str:
-    """The counters that are not zero, e.g. "aborted records in log 20, acks lost 3"."""
+    """The counters that are not zero, e.g. "aborted records 20, acks lost 3"."""
     counts = run.get("coverage") or {}
     return ", ".join(f"{name.replace('_', ' ')} {count}" for name, count in counts.items() if count)
 
 
 def anomalies_text(run: Run) -> str:
-    kinds = Counter(anomaly["kind"] for anomaly in run["anomalies"])
+    kinds: dict[str, int] = {}
+    for anomaly in run["anomalies"]:
+        kinds[anomaly["kind"]] = kinds.get(anomaly["kind"], 0) + 1
     return ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
+
+
+def cross_check_text(run: Run) -> str | None:
+    """Whether the broker's own reads agree with the history on which records were aborted."""
+    agreement = run.get("cross_check")
+    if not agreement:
+        return None
+    if not agreement["compared"]:
+        return "the log agrees with the history: no transactional records to compare"
+    if agreement["agrees"]:
+        return f"the log agrees with the history: yes ({agreement['compared']} transactional records)"
+    return (
+        f"the log agrees with the history: NO, {agreement['differ']} of {agreement['compared']}"
+        f" transactional records differ (e.g. {agreement['examples'][0]})"
+    )
+
+
+def problems(runs: Sequence[Run]) -> list[str]:
+    """What fails a lab run: a broken promise, an anomaly not tested, a broker fault missed."""
+    found = []
+    for run in runs:
+        name = stage_label(run)
+        found += [f"{name}: broken promise: {promise}" for promise in promises.broken(run)]
+        untested_ones = [
+            anomaly for anomaly, verdict in run.get("verdicts", {}).items() if verdict == NOT_TESTED
+        ]
+        if untested_ones:
+            found.append(
+                f"{name}: {', '.join(untested_ones)} not tested: the faults never created their preconditions"
+            )
+        control = run.get("control")
+        if control and control["verdict"] == controls.MISSED:
+            found.append(f"{name}: {controls.line(control)}")
+    return found
+
+
+def evidence(run: Run) -> list[str]:
+    """What a run shows of the mechanism at work, from its history and its fault injector."""
+    counts, found = run.get("coverage") or {}, []
+    transactions = run.get("transactions") or {}
+    if transactions.get("committed") or transactions.get("aborted"):
+        found.append(
+            f"{transactions.get('committed', 0)} transactions committed, {transactions.get('aborted', 0)}"
+            f" aborted on purpose, {transactions.get('fenced', 0)} fenced,"
+            f" {transactions.get('left open', 0)} left open by a client that died"
+        )
+    if counts.get("aborted_records") and "aborted_reads" in run.get("verdicts", {}):
+        found.append(
+            f"read_committed readers read past {counts['aborted_records']} records of transactions"
+            f" their clients saw aborted, and returned {'some' if run['aborted_reads'] else 'none'}"
+        )
+    producer = run["guarantee"] in ("idempotent", "exactly-once")
+    if counts.get("acks_lost") and producer and not run["duplicated"]:
+        found.append(
+            f"{counts['acks_lost']} answers to writes destroyed after the broker acted: the retries of"
+            " each producer session were stored once (its sequence numbers)"
+        )
+    if counts.get("resent_by_new_session"):
+        outcome = (
+            "stored again: a new producer id"
+            if run["duplicated"]
+            else "stored once: their earlier copies were aborted with their producer's transaction"
+        )
+        found.append(
+            f"{counts['resent_by_new_session']} values sent again by a restarted producer, {outcome}"
+        )
+    if counts.get("zombies_resumed"):
+        fenced = transactions.get("fenced", 0)
+        found.append(f"{counts['zombies_resumed']} zombie workers resumed; {fenced} transactions fenced")
+    if run.get("balances_match"):
+        found.append("the database balances equal the exact sums of the committed payments")
+    return found
 
 
 def print_table(
@@ -115,7 +214,7 @@ def print_table(
     console = console or Console()
     console.print(table)
     for number, run in enumerate(runs, 1):
-        notes = []
+        notes = [f"counts in {run.get('unit', 'values')}"]
         if "coverage" in run:
             notes.append(f"coverage: {coverage_text(run) or '[yellow]none[/]'}")
         if run.get("balances_match") is not None:
@@ -123,18 +222,28 @@ def print_table(
                 "balances: " + ("[green]exact[/]" if run["balances_match"] else "[bold red]wrong[/]")
             )
         shown = anomalies_text(run)
-        notes.append(f"anomalies: {'[green]none[/]' if shown == 'none' else shown}")
+        notes.append(f"findings: {'[green]none[/]' if shown == 'none' else shown}")
+        if agreement := cross_check_text(run):
+            notes.append(agreement)
         console.print(f"  #{number} " + "; ".join(notes), highlight=False)
     if any(untested(run, key) for run in runs for key in COUNTS):
         console.print(f"  {NOT_TESTED_NOTE}", highlight=False)
+
+
+def breaks(run: Run, key: str) -> bool:
+    """Whether the run's count of `key` breaks a "never" of its guarantee."""
+    if not run[key] or run["guarantee"] not in promises.PREDICTIONS:
+        return False
+    return promises.predict(run["guarantee"], run["faults"]).get(key) == promises.NEVER
 
 
 def _count_cell(run: Run, key: str) -> str:
     if untested(run, key):
         return "[yellow]n/t[/]"
     value = run[key]
-    bad = key in ("lost", "duplicated", "aborted_reads") and value > 0
-    return f"[bold red]{value}[/]" if bad else str(value)
+    if key in ("lost", "duplicated", "aborted_reads") and value > 0:
+        return f"[bold red]{value}[/]" if breaks(run, key) else f"[yellow]{value}[/]"
+    return str(value)
 
 
 def write_json(runs: Sequence[Run], path: Path) -> None:
@@ -146,47 +255,60 @@ def write_html(
     path: Path,
     title: str = "onceflow delivery-semantics lab",
     matrix: Sequence[Mapping[str, Any]] = (),
+    broker_table: Sequence[Mapping[str, Any]] = (),
+    notes: Sequence[str] = (),
 ) -> None:
-    path.write_text(render_html(runs, title, matrix), encoding="utf-8")
+    path.write_text(render_html(runs, title, matrix, broker_table, notes), encoding="utf-8")
 
 
 def render_html(
     runs: Sequence[Run],
     title: str = "onceflow delivery-semantics lab",
     matrix: Sequence[Mapping[str, Any]] = (),
+    broker_table: Sequence[Mapping[str, Any]] = (),
+    notes: Sequence[str] = (),
 ) -> str:
-    """One page, no external resources: the charts are inline SVG, the styles and script inline."""
-    sections = [
-        _matrix_table(matrix, runs),
-        "<h2>Runs</h2>",
-        _runs_table(runs),
-        _summary_chart(runs),
-        _coverage_table(runs),
-        *(_run_section(number, run) for number, run in enumerate(runs, 1)),
-    ]
+    """One page, no external resources: the charts are inline SVG, the styles and script inline.
+    `notes`: lines for the top of the page (the demo's failed stages)."""
+    sections = [_glance(runs, matrix, broker_table, notes), _matrix_grid(matrix, runs)]
+    sections.append(_broker_table(broker_table))
+    if runs:
+        sections += [
+            '<h2 id="runs">Runs</h2>',
+            f'<p class="explain">{html.escape(UNITS_NOTE)}</p>',
+            _runs_table(runs),
+            _summary_chart(runs),
+            _coverage_table(runs),
+            *(_run_section(number, run) for number, run in enumerate(runs, 1)),
+        ]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
-body {{ font-family: sans-serif; margin: 2em; color: #222; background: #fff; }}
+body {{ font-family: sans-serif; margin: 1.5em; color: #222; background: #fff; }}
 table {{ border-collapse: collapse; margin: 1em 0; }}
 td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; vertical-align: top; }}
 td.text, th.text {{ text-align: left; }}
-td.bad {{ color: #d62728; font-weight: bold; }}
-td.untested {{ color: #b8860b; font-style: italic; }}
+table.broker td.text {{ overflow-wrap: anywhere; }}
+table.broker td:first-child {{ white-space: nowrap; }}
+td.bad, span.bad {{ color: #d62728; font-weight: bold; }}
+td.untested, span.untested {{ color: #b8860b; font-style: italic; }}
 td.good {{ color: #2ca02c; }}
+td.found {{ color: #a05a00; }}
+table.grid td, table.grid th {{ text-align: left; min-width: 9em; }}
+table.grid td.agrees {{ background: #eaf6ea; }}
+table.grid td.disagrees {{ background: #fbe3e3; }}
+table.grid td.untested {{ background: #fdf6e0; }}
+table.grid td.absent {{ color: #888; }}
 tr.touches td {{ background: #fff3cd; }}
 table.history td:nth-child(-n+2) {{ white-space: nowrap; }}
-svg {{ display: block; margin: 0.5em 0; overflow: hidden; }}
-svg text {{ font-family: sans-serif; font-size: {FONT_PX}px; fill: #222; }}
-p.explain {{ max-width: 60em; }}
+svg {{ display: block; margin: 0.5em 0; overflow: hidden; max-width: 100%; height: auto; }}
+svg text {{ font-family: sans-serif; font-size: {charts.FONT_PX}px; fill: #222; }}
+p.explain, ul.glance {{ max-width: 70em; }}
 </style></head>
 <body>
 <h1>{html.escape(title)}</h1>
-<p>Lost, duplicated and aborted-read values per guarantee and fault set. A count is "not tested"
-when the run never created that anomaly's preconditions (see the coverage table), so its zero
-proves nothing. Each run below has a timeline: its clients' lives (a cross where one died and was
-started again), the faults as shaded bands, and the sends' throughput and ack latency.</p>
-{"".join(sections)}
+{"".join(section for section in sections if section)}
 <script>
 {SELF_CHECK}
 </script>
@@ -195,10 +317,12 @@ started again), the faults as shaded bands, and the sends' throughput and ack la
 
 
 # The page checks itself once rendered (tests read the title back through headless Chromium): every
-# SVG label lies inside its drawing, no table cell holds JSON, and the summary chart has its bars.
+# SVG label lies inside its drawing, nothing is wider than the window, no table cell holds JSON,
+# every run's section and bar group has its label, and the summary chart has its bars.
 SELF_CHECK = r"""
 (function () {
   const problems = [];
+  const page = document.documentElement.clientWidth;
   for (const svg of document.querySelectorAll("svg")) {
     const frame = svg.getBoundingClientRect();
     for (const text of svg.querySelectorAll("text")) {
@@ -209,12 +333,31 @@ SELF_CHECK = r"""
       }
     }
   }
+  for (const element of document.querySelectorAll("body *")) {
+    if (element.getBoundingClientRect().right > page + 0.5) {
+      problems.push("wider than the page: " + (element.id || element.tagName.toLowerCase()));
+      break;
+    }
+  }
+  if (document.documentElement.scrollWidth > page + 0.5) problems.push("the page scrolls sideways");
   const json = /^(null|undefined|NaN|true|false|None|\[[\s\S]*\]|\{[\s\S]*\}|"[\s\S]*")$/;
   for (const cell of document.querySelectorAll("td, th")) {
     const text = cell.textContent.trim();
     if (json.test(text)) problems.push("raw JSON in a cell: " + text);
   }
-  if (document.querySelectorAll("svg#chart rect.bar").length === 0) problems.push("chart missing");
+  const sections = document.querySelectorAll("section.run");
+  sections.forEach(function (section, index) {
+    const heading = section.querySelector("h2");
+    if (!heading || !heading.textContent.startsWith("#" + (index + 1) + " ") ||
+        heading.textContent.trim().length < 4) problems.push("a run without a label: #" + (index + 1));
+  });
+  for (const group of document.querySelectorAll("svg#chart g.run")) {
+    const text = group.querySelector("text.run-label");
+    if (!text || !text.textContent.trim()) problems.push("a bar group without a label");
+  }
+  if (sections.length && document.querySelectorAll("svg#chart rect.bar").length === 0) {
+    problems.push("chart missing");
+  }
   document.title = problems.length ? "report broken: " + problems.slice(0, 3).join("; ") : "report ok";
 })();
 """
@@ -228,276 +371,298 @@ def _cells(values: Sequence[str], header: bool = False, text_columns: int = 1) -
     )
 
 
+def _glance(
+    runs: Sequence[Run],
+    matrix: Sequence[Mapping[str, Any]],
+    broker_table: Sequence[Mapping[str, Any]],
+    notes: Sequence[str],
+) -> str:
+    """The verdicts first: what failed, what the negative controls caught, what agrees."""
+    items = [f'<li class="bad">{html.escape(note)}</li>' for note in notes]
+    broken = [(number, promise) for number, run in enumerate(runs, 1) for promise in promises.broken(run)]
+    items += [
+        f'<li class="bad">#{number} broken promise: {html.escape(text)}</li>' for number, text in broken
+    ]
+    untested_ones = [
+        f"#{number} {', '.join(key.replace('_', ' ') for key in COUNTS if untested(run, key))}"
+        for number, run in enumerate(runs, 1)
+        if any(untested(run, key) for key in COUNTS)
+    ]
+    if runs and not broken:
+        items.append(f"<li>{len(runs)} runs: no promise broken</li>")
+    if untested_ones:
+        items.append(
+            '<li><span class="untested">not tested</span> (the run never created the preconditions):'
+            f" {html.escape('; '.join(untested_ones))}</li>"
+        )
+    for number, run in enumerate(runs, 1):
+        control = run.get("control")
+        if control:
+            css = ' class="bad"' if control["verdict"] == controls.MISSED else ""
+            items.append(f"<li{css}>#{number} {html.escape(controls.line(control))}</li>")
+        agreement = run.get("cross_check")
+        if agreement and not agreement["agrees"]:
+            items.append(f"<li>#{number} {html.escape(cross_check_text(run) or '')}</li>")
+    if matrix:
+        kept = sum(row["agrees"] is True for row in matrix)
+        none = sum(row["agrees"] is None for row in matrix)
+        text = f"matrix: {kept} of {len(matrix)} cells kept every promise and tested one"
+        items.append(f"<li>{text}" + (f", {none} tested none" if none else "") + "</li>")
+    if broker_table:
+        agree = sum(row["verdict"] == "agrees" for row in broker_table)
+        items.append(
+            f"<li>broker table: {agree} of {len(broker_table)} rows agree with the documents' prediction</li>"
+        )
+    if not items:
+        return ""
+    return f'<h2 id="glance">At a glance</h2><ul class="glance">{"".join(items)}</ul>'
+
+
+def unpromised(run: Run, key: str) -> bool:
+    """A lab run's anomaly its guarantee promises nothing of: read_uncommitted readers, and what they
+    pass on, may hold aborted data."""
+    return "verdicts" in run and key not in promises.predict(run["guarantee"], run["faults"])
+
+
 def _html_count(run: Run, key: str) -> str:
     if untested(run, key):
         return f'<td class="untested">{NOT_TESTED}</td>'
+    if key == "aborted_reads" and unpromised(run, key):
+        return f'<td class="text">{f"{run[key]}, " if run[key] else ""}no promise</td>'
     value = run[key]
-    bad = key in ("lost", "duplicated", "aborted_reads") and value > 0
-    return f'<td class="{"bad" if bad else ""}">{html.escape(human(value))}</td>'
+    found = key in ("lost", "duplicated", "aborted_reads") and value > 0
+    css = "bad" if found and breaks(run, key) else "found" if found else ""
+    return f'<td class="{css}">{html.escape(human(value))}</td>'
 
 
 def _runs_table(runs: Sequence[Run]) -> str:
-    balanced = any("balances_match" in run for run in runs)
-    names = ["#", "run", *(HTML_HEADERS.get(key, key) for key in COUNTS), "drained", "seed"]
-    names += ["balances"] if balanced else []
+    names = ["#", "run", "unit", *(HTML_HEADERS.get(key, HEADERS[key]) for key in COUNTS), "checks"]
     rows = []
     for number, run in enumerate(runs, 1):
-        name = (f"{run['stage']}: " if "stage" in run else "") + label(run)
-        cells = f"<td>{number}</td><td class=text>{html.escape(name)}</td>"
+        cells = f'<td><a href="#run-{number}">{number}</a></td>'
+        cells += f"<td class=text>{html.escape(stage_label(run))}</td>"
+        cells += _cells([run.get("unit", "values")])
         cells += "".join(_html_count(run, key) for key in COUNTS)
-        cells += _cells([human(run.get("drained")), human(run.get("seed"))], text_columns=0)
-        if balanced:
-            match = run.get("balances_match")
-            cells += _cells(["-" if match is None else "exact" if match else "wrong"], text_columns=0)
-        rows.append(f"<tr>{cells}</tr>")
-    return f"<table><tr>{_cells(names, header=True, text_columns=2)}</tr>{''.join(rows)}</table>"
+        rows.append(f"<tr>{cells}{_checks_cell(run)}</tr>")
+    head = _cells(names[:-1], header=True, text_columns=3) + "<th class=text>checks</th>"
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _checks_cell(run: Run) -> str:
+    """The run's other checks in one cell: the cross-check, the drain, the balances, its seed."""
+    checks, bad = [], False
+    agreement = run.get("cross_check")
+    if agreement and agreement["compared"]:
+        checks.append(
+            "log agrees with history" if agreement["agrees"] else f"log differs: {agreement['differ']}"
+        )
+        bad |= not agreement["agrees"]
+    if run.get("drained") is False:
+        checks.append("not drained")
+        bad = True
+    if run.get("balances_match") is not None:
+        checks.append("balances " + ("exact" if run["balances_match"] else "wrong"))
+        bad |= not run["balances_match"]
+    checks.append(f"seed {human(run.get('seed'))}")
+    return f'<td class="text{" bad" if bad else ""}">{html.escape("; ".join(checks))}</td>'
 
 
 def _coverage_table(runs: Sequence[Run]) -> str:
     covered = [(number, run) for number, run in enumerate(runs, 1) if "coverage" in run]
     if not covered:
         return ""
-    counters = list(dict.fromkeys(name for _number, run in covered for name in run["coverage"]))
-    verdicts = list(dict.fromkeys(name for _number, run in covered for name in run.get("verdicts", {})))
-    head = ["#", *(name.replace("_", " ") for name in counters)]
-    head += [f"{name.replace('_', ' ')} verdict" for name in verdicts]
+    head = ["#", "preconditions the run created (counted from its history and its fault injector)"]
+    head += ["lost", "duplicated", "aborted reads"]
     rows = []
     for number, run in covered:
-        cells = [str(number), *(human(run["coverage"].get(name)) for name in counters)]
-        cells += [human(run.get("verdicts", {}).get(name)) for name in verdicts]
-        rows.append(f"<tr>{_cells(cells, text_columns=0)}</tr>")
+        verdicts = run.get("verdicts", {})
+        cells = [str(number), coverage_text(run) or "none"]
+        cells += [verdicts.get(key, "no promise") for key in ("lost", "duplicated", "aborted_reads")]
+        rows.append(f"<tr>{_cells(cells, text_columns=5)}</tr>")
     return (
-        "<h2>Coverage: the preconditions each run created</h2>"
-        f"<table><tr>{_cells(head, header=True, text_columns=0)}</tr>{''.join(rows)}</table>"
+        '<h2 id="coverage">Coverage: the preconditions each run created</h2>'
+        '<p class="explain">A check that found nothing proves something only if the run gave it a chance to'
+        " fail: clean means looked for with its preconditions present, not tested that they never were.</p>"
+        f"<table><tr>{_cells(head, header=True, text_columns=5)}</tr>{''.join(rows)}</table>"
     )
 
 
-def _matrix_table(rows: Sequence[Mapping[str, Any]], runs: Sequence[Run]) -> str:
+def _matrix_grid(rows: Sequence[Mapping[str, Any]], runs: Sequence[Run]) -> str:
+    """Failures down, guarantees across; a cell holds each anomaly's count beside its prediction
+    and the run it comes from, coloured by whether the promises hold."""
     if not rows:
         return ""
-    anomalies = ("lost", "duplicated", "aborted_reads")
-    head = ["run", "failure", "guarantee", *(HTML_HEADERS.get(name, name) for name in anomalies), "agrees"]
+    guarantees = [name for name in promises.PREDICTIONS if any(row["guarantee"] == name for row in rows)]
+    failures = list(dict.fromkeys((row["failure"], row["title"]) for row in rows))
+    by_cell = {(row["failure"], row["guarantee"]): row for row in rows}
+    body = []
+    for key, title in failures:
+        cells = f'<th class="text">{html.escape(key)}: {html.escape(title)}</th>'
+        for guarantee in guarantees:
+            row = by_cell.get((key, guarantee))
+            cells += _grid_cell(row, runs) if row else '<td class="absent">not run</td>'
+        body.append(f"<tr>{cells}</tr>")
+    notes = {row["why_may"] for row in rows if row.get("why_may")}
+    footnotes = "".join(f'<p class="explain">idempotent, "may": {html.escape(note)}.</p>' for note in notes)
+    head = "".join(f"<th>{html.escape(guarantee)}</th>" for guarantee in guarantees)
+    return (
+        '<h2 id="matrix">Matrix: each failure alone against each guarantee</h2>'
+        '<p class="explain">A cell is one run: each anomaly\'s count beside its prediction. <em>never</em> is'
+        " a promise the count must keep (0); <em>may</em> allows any count; <em>not tested</em>: the run"
+        " never created the anomaly's preconditions. Green: every promise kept and one tested; red: one"
+        " broken; yellow: none tested.</p>"
+        f'<table class="grid"><tr><th class="text">failure</th>{head}</tr>{"".join(body)}</table>{footnotes}'
+    )
+
+
+def _grid_cell(row: Mapping[str, Any], runs: Sequence[Run]) -> str:
+    lines = []
+    for anomaly, cell in row["cells"].items():
+        name = dict((key, text) for key, text, _colour in SERIES)[anomaly]
+        if cell["measured"] is None:
+            lines.append(f'<span class="untested">{name}: {NOT_TESTED}</span> ({cell["predicted"]})')
+        elif cell["agrees"] is False:
+            lines.append(f'<span class="bad">{name}: {cell["measured"]}</span> ({cell["predicted"]}): broken')
+        else:
+            lines.append(f"{name}: {cell['measured']} ({cell['predicted']})")
+    number = next((index for index, run in enumerate(runs, 1) if run is row["run"]), None)
+    if number is not None:
+        lines.append(f'<a href="#run-{number}">run #{number}</a>')
+    css = "agrees" if row["agrees"] else "disagrees" if row["agrees"] is False else "untested"
+    return f'<td class="{css}">{"<br>".join(lines)}</td>'
+
+
+def _broker_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The documents' broker half: a row per setting, what the writes during the fault became,
+    and the row's writes drawn on the timeline of its fault."""
+    if not rows:
+        return ""
+    head = ["row", "settings", "predicted: the rule", "during the fault (values)", "lost (values)", "agrees"]
     body = []
     for row in rows:
-        # The number of the cell's run among the page's runs, when the page shows it.
-        number = next((f"#{index}" for index, run in enumerate(runs, 1) if run is row["run"]), "-")
-        cells = _cells([number, f"{row['failure']}: {row['title']}", row["guarantee"]], text_columns=3)
-        for name in anomalies:
-            cell = row["cells"].get(name)
-            if cell is None:
-                cells += '<td class="text">no promise</td>'
-                continue
-            measured = NOT_TESTED if cell["measured"] is None else str(cell["measured"])
-            verdict = "disagrees" if cell["agrees"] is False else "agrees" if cell["agrees"] else ""
-            css = "bad" if cell["agrees"] is False else "untested" if cell["measured"] is None else "text"
-            text = f"measured {measured}, predicted {cell['predicted']}" + (f": {verdict}" if verdict else "")
-            cells += f'<td class="{css}">{html.escape(text)}</td>'
-        agrees = row["agrees"]
-        css, text = (
-            ("good", "yes") if agrees else ("bad", "no") if agrees is False else ("untested", NOT_TESTED)
+        verdict = {"agrees": ("good", "yes"), "disagrees": ("bad", "NO")}.get(row["verdict"])
+        css, text = verdict or ("untested", f"not tested: {row.get('not_tested_because')}")
+        refused = row.get("refused_during_fault", 0)
+        during = (
+            f"{row['sent_during_fault']} sent, {row['acknowledged_during_fault']} acknowledged,"
+            f" {refused} refused" + (" with NOT_ENOUGH_REPLICAS" if refused else "")
         )
-        body.append(f'<tr>{cells}<td class="{css}">{text}</td></tr>')
+        predicted = f"{row['prediction']}: {row['rule']}"
+        cells = _cells([row["row"], row["settings"], predicted, during], text_columns=4)
+        lost_css = "" if not row["lost"] else "found" if row["prediction"] == "may lose" else "bad"
+        lost = f'<td class="{lost_css}">{row["lost"]}</td>'
+        body.append(f'<tr>{cells}{lost}<td class="{css}">{html.escape(text)}</td></tr>')
+    pictures = []
+    for index, row in enumerate(rows, 1):
+        attempt = f" (attempt {row['attempts']})" if row.get("attempts", 1) > 1 else ""
+        pictures.append(f"<h3>{html.escape(row['row'])}: {html.escape(row['settings'])}{attempt}</h3>")
+        if row.get("picture", {}).get("marks"):
+            pictures.append(charts.broker_row_chart(index, row["picture"]))
+        if row["lost_values"]:
+            pictures.append(f"<p>lost: {html.escape(', '.join(row['lost_values']))}</p>")
     return (
-        "<h2>Matrix: each failure alone against each guarantee</h2>"
-        "<p>Predicted: <em>never</em> is a promise the measurement must keep (0), <em>may</em> allows any"
-        " count.</p>"
-        f"<table><tr>{_cells(head, header=True, text_columns=3)}</tr>{''.join(body)}</table>"
+        '<h2 id="broker-table">Broker table: acks, min.insync.replicas and leader election under broker'
+        " faults</h2>"
+        '<p class="explain">ZooKeeper and three brokers, a topic per row with three replicas led by broker 1;'
+        " values written one by one, each acknowledged value read back after the faults or reported lost."
+        " acks=1 may lose what only the dead leader had; acks=all with min.insync.replicas=2 never loses,"
+        " and with one replica left in sync is refused; an unclean election may lose, a clean one never"
+        " does.</p>"
+        f'<table class="broker"><tr>{_cells(head, header=True, text_columns=4)}</tr>{"".join(body)}</table>'
+        + "\n".join(pictures)
     )
 
 
 def _summary_chart(runs: Sequence[Run]) -> str:
-    """Lost, duplicated and aborted reads per run, the runs numbered as in the tables."""
-    bar_w, gap, plot_h, top, left, bottom = 22, 30, 200, 40, 50, 30
-    group_w = bar_w * len(SERIES) + gap
-    width = max(left + max(1, len(runs)) * group_w + 20, 3 * 130 + left)
-    height = top + plot_h + bottom
-    peak = max([1, *(int(run[key]) for run in runs for key, _color in SERIES)])
-    parts = [
-        _svg_open("chart", width, height),
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{width - 10}" y2="{top + plot_h}" stroke="#333"/>',
-        f'<text x="{left - 8}" y="{top + 4}" text-anchor="end">{peak}</text>',
-        f'<text x="{left - 8}" y="{top + plot_h}" text-anchor="end">0</text>',
-    ]
-    for index, run in enumerate(runs):
-        x0 = left + index * group_w + gap / 2
-        for offset, (key, color) in enumerate(SERIES):
-            value = int(run[key])
-            h = max(1.0, plot_h * value / peak)  # a zero still shows as a hairline
-            x = x0 + offset * bar_w
-            shown = "n/t" if untested(run, key) else str(value)
-            parts.append(
-                f'<rect class="bar" x="{x}" y="{top + plot_h - h}" width="{bar_w - 4}" height="{h}" '
-                f'fill="{color}"><title>{html.escape(label(run))}: {key} '
-                f"{NOT_TESTED if untested(run, key) else value}</title></rect>"
-                f'<text x="{x + (bar_w - 4) / 2}" y="{top + plot_h - h - 4}" '
-                f'text-anchor="middle">{shown}</text>'
-            )
-        parts.append(
-            f'<text x="{x0 + bar_w * len(SERIES) / 2}" y="{top + plot_h + 16}" text-anchor="middle">'
-            f"#{index + 1}</text>"
-        )
-    for offset, (key, color) in enumerate(SERIES):
-        x = left + offset * 130
-        parts.append(
-            f'<rect x="{x}" y="8" width="12" height="12" fill="{color}"/>'
-            f'<text x="{x + 16}" y="18">{key.replace("_", " ")}</text>'
-        )
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def _svg_open(name: str, width: float, height: float) -> str:
-    return (
-        f'<svg id="{name}" xmlns="http://www.w3.org/2000/svg" width="{width:g}" height="{height:g}" '
-        f'viewBox="0 0 {width:g} {height:g}" role="img">'
-    )
-
-
-PLOT_W = 720
-
-
-def _x_axis(duration: float, left: float, y: float) -> list[str]:
-    """Tick marks and labels in seconds under a plot PLOT_W wide."""
-    step = next(s for s in (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1e9) if duration / s <= 10)
-    parts = [f'<line x1="{left}" y1="{y}" x2="{left + PLOT_W}" y2="{y}" stroke="#333"/>']
-    tick = 0.0
-    while tick <= duration + 1e-9:
-        x = left + PLOT_W * tick / duration
-        parts.append(
-            f'<line x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{y + 4}" stroke="#333"/>'
-            f'<text x="{x:.1f}" y="{y + 16}" text-anchor="middle">{tick:g} s</text>'
-        )
-        tick += step
-    return parts
-
-
-def _fault_bands(timeline: Mapping[str, Any], left: float, top: float, height: float) -> list[str]:
-    duration = timeline["duration"]
-    parts = []
-    for band in timeline["bands"]:
-        x = left + PLOT_W * band["start"] / duration
-        w = max(2.0, PLOT_W * (band["end"] - band["start"]) / duration)
-        parts.append(
-            f'<rect class="fault" x="{x:.1f}" y="{top}" width="{w:.1f}" height="{height}" '
-            f'fill="#d62728" fill-opacity="0.12"><title>{html.escape(band["label"])}: '
-            f"{band['start']:g} s to {band['end']:g} s</title></rect>"
-        )
-    return parts
-
-
-def _timeline_chart(number: int, timeline: Mapping[str, Any]) -> str:
-    """The clients' lives as lanes, the faults as bands across them and listed under the axis."""
-    lanes, bands = timeline["lanes"], timeline["bands"]
-    lane_h, top = 22, 10
-    names = [lane["name"] for lane in lanes]
-    left = 16 + CHAR_PX * max([len(name) for name in names] + [6])
-    plot_h = lane_h * max(1, len(lanes))
-    band_lines = [f"{band['label']}: {band['start']:g} s to {band['end']:g} s" for band in bands]
-    width = left + PLOT_W + 30
-    height = top + plot_h + 30 + 16 * len(band_lines) + 8
-    width = max(width, 16 + CHAR_PX * max([len(line) for line in band_lines] + [0]))
-    duration = timeline["duration"]
-    parts = [_svg_open(f"timeline-{number}", width, height)]
-    parts += _fault_bands(timeline, left, top, plot_h)
-    for row, lane in enumerate(lanes):
-        y = top + row * lane_h
-        parts.append(
-            f'<text x="{left - 8}" y="{y + 15}" text-anchor="end">{html.escape(lane["name"])}</text>'
-        )
-        for span in lane["spans"]:
-            x1 = left + PLOT_W * span["start"] / duration
-            x2 = max(x1 + 2, left + PLOT_W * span["end"] / duration)
-            parts.append(
-                f'<rect x="{x1:.1f}" y="{y + 6}" width="{x2 - x1:.1f}" height="10" fill="#1f77b4">'
-                f"<title>{html.escape(lane['name'])}.{span['incarnation']}: {span['start']:g} s to "
-                f"{span['end']:g} s</title></rect>"
-            )
-            if span["replaced"]:
-                parts.append(
-                    f'<path d="M{x2 - 4:.1f} {y + 3} l8 16 m0 -16 l-8 16" stroke="#d62728" stroke-width="2"/>'
-                )
-    parts += _x_axis(duration, left, top + plot_h)
-    for index, line in enumerate(band_lines):
-        parts.append(f'<text x="16" y="{top + plot_h + 40 + 16 * index}">{html.escape(line)}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def _rate_chart(number: int, timeline: Mapping[str, Any]) -> str:
-    """Sends and acks per second, and the ack latency (median and worst), over the same time axis."""
-    buckets, bucket_s, duration = timeline["buckets"], timeline["bucket_s"], timeline["duration"]
-    left, plot_h, gap, top = 70, 110, 50, 24
-    width, height = left + PLOT_W + 110, top + 2 * plot_h + gap + 30
-    rates = [(b["sends"] / bucket_s, b["acks"] / bucket_s) for b in buckets]
-    peak_rate = max([1.0, *(max(pair) for pair in rates)])
-    latencies = [b["latency_max_ms"] for b in buckets if b["latency_max_ms"] is not None]
-    peak_ms = max([1.0, *latencies])
-    parts = [_svg_open(f"rates-{number}", width, height)]
-    for y0, heading in ((top, "messages per second"), (top + plot_h + gap, "ack latency (ms)")):
-        parts += _fault_bands(timeline, left, y0, plot_h)
-        parts.append(f'<text x="{left}" y="{y0 - 8}">{heading}</text>')
-        parts += _x_axis(duration, left, y0 + plot_h)
-
-    def line(values: list[float | None], y0: float, peak: float, color: str, name: str, row: int) -> None:
-        points = [
-            f"{left + PLOT_W * (bucket['start'] + bucket_s / 2) / duration:.1f},"
-            f"{y0 + plot_h - plot_h * value / peak:.1f}"
-            for bucket, value in zip(buckets, values, strict=True)
-            if value is not None
-        ]
-        if points:
-            parts.append(
-                f'<polyline points="{" ".join(points)}" fill="none" stroke="{color}" stroke-width="1.5"/>'
-            )
-        parts.append(
-            f'<rect x="{left + PLOT_W + 10}" y="{y0 + 14 * row}" width="10" height="10" fill="{color}"/>'
-            f'<text x="{left + PLOT_W + 24}" y="{y0 + 14 * row + 9}">{name}</text>'
-        )
-
-    line([s for s, _a in rates], top, peak_rate, "#1f77b4", "sends", 0)
-    line([a for _s, a in rates], top, peak_rate, "#2ca02c", "acks", 1)
-    low = top + plot_h + gap
-    line([b["latency_p50_ms"] for b in buckets], low, peak_ms, "#ff7f0e", "median", 0)
-    line([b["latency_max_ms"] for b in buckets], low, peak_ms, "#d62728", "worst", 1)
-    for y0, peak in ((top, peak_rate), (low, peak_ms)):
-        parts.append(f'<text x="{left - 8}" y="{y0 + 10}" text-anchor="end">{peak:.0f}</text>')
-        parts.append(f'<text x="{left - 8}" y="{y0 + plot_h}" text-anchor="end">0</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+    """Lost, duplicated and aborted reads per run, each group labelled with its run."""
+    groups = []
+    for number, run in enumerate(runs, 1):
+        bars: list[charts.Bar] = []
+        for key, name, colour in SERIES:
+            if untested(run, key):
+                bars.append((name, None, colour, NOT_TESTED))
+            elif key == "aborted_reads" and unpromised(run, key):
+                found = f"{run[key]}, " if run[key] else ""
+                bars.append((name, None, colour, f"{found}no promise (reads uncommitted)"))
+            else:
+                bars.append((name, int(run[key]), colour, ""))
+        unit = run.get("unit", "values")
+        groups.append((f"#{number} {stage_label(run)} ({unit})", bars))
+    return '<h3 id="anomalies">Anomalies per run</h3>' + charts.summary_chart(groups)
 
 
 def _run_section(number: int, run: Run) -> str:
-    parts = [f"<h2>#{number} {html.escape(label(run))}</h2>"]
+    parts = [f'<section class="run" id="run-{number}"><h2>#{number} {html.escape(stage_label(run))}</h2>']
+    broken = promises.broken(run)
+    if broken:
+        items = "".join(f"<li>{html.escape(promise)}</li>" for promise in broken)
+        parts.append(f'<ul class="bad">{items}</ul>')
+    control = run.get("control")
+    if control:
+        parts.append(f"<p><strong>{html.escape(controls.line(control))}</strong></p>")
+    if agreement := cross_check_text(run):
+        parts.append(f"<p>{html.escape(agreement)}</p>")
     timeline = run.get("timeline")
     if timeline and timeline.get("lanes"):
-        parts += [_timeline_chart(number, timeline), _rate_chart(number, timeline)]
+        parts.append(charts.timeline_chart(number, timeline))
+        if any(bucket["sends"] for bucket in timeline.get("buckets", [])):
+            parts.append(charts.rate_chart(number, timeline))
     if run.get("injected"):
         items = "".join(f"<li>{html.escape(str(line))}</li>" for line in run["injected"])
         parts.append(f"<details><summary>Faults as injected</summary><ul>{items}</ul></details>")
     parts.append(_anomalies(run))
+    parts.append("</section>")
     return "\n".join(parts)
 
 
 def _anomalies(run: Run) -> str:
-    anomalies = run["anomalies"]
-    if not anomalies:
-        return "<p>No anomaly found.</p>"
+    """The anomalies under the table's columns, with the same counts, then any other kind."""
+    unit = run.get("unit", "values")
+    found = evidence(run)
     parts = []
-    by_kind: dict[str, list[Mapping[str, Any]]] = {}
-    for anomaly in anomalies:
-        by_kind.setdefault(anomaly["kind"], []).append(anomaly)
-    for kind, found in by_kind.items():
-        parts.append(f"<h3>{html.escape(kind)}: {len(found)}</h3>")
-        parts.append(f'<p class="explain">{html.escape(EXPLANATIONS.get(kind, ""))}</p>')
-        items = "".join(
-            f"<li>{html.escape(_anomaly_line(anomaly))}</li>" for anomaly in found[:SHOWN_ANOMALIES]
+    if not run["anomalies"]:
+        parts.append("<p>No anomaly found.</p>")
+    if found:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in found)
+        parts.append(f"<p>The mechanism at work:</p><ul>{items}</ul>")
+    grouped: set[str] = set()
+    for key, title, kinds in GROUPS:
+        members = [anomaly for anomaly in run["anomalies"] if anomaly["kind"] in kinds]
+        grouped.update(kinds)
+        if not members:
+            continue
+        split = ", ".join(
+            f"{kind} {sum(a['kind'] == kind for a in members)}"
+            for kind in kinds
+            if any(a["kind"] == kind for a in members)
         )
-        more = len(found) - SHOWN_ANOMALIES
+        parts.append(f"<h3>{title}: {run[key]} {unit} ({len(members)} findings: {html.escape(split)})</h3>")
+        parts += _kind_details(kinds, members)
+    others = [anomaly for anomaly in run["anomalies"] if anomaly["kind"] not in grouped]
+    for kind in dict.fromkeys(anomaly["kind"] for anomaly in others):
+        members = [anomaly for anomaly in others if anomaly["kind"] == kind]
+        parts.append(f"<h3>{html.escape(kind)}: {len(members)} findings</h3>")
+        parts += _kind_details((kind,), members)
+    return "\n".join(parts)
+
+
+def _kind_details(kinds: Sequence[str], members: Sequence[Mapping[str, Any]]) -> list[str]:
+    parts = []
+    for kind in kinds:
+        of_kind = [anomaly for anomaly in members if anomaly["kind"] == kind]
+        if not of_kind:
+            continue
+        meaning = html.escape(EXPLANATIONS.get(kind, ""))
+        parts.append(f'<p class="explain"><strong>{html.escape(kind)}</strong>: {meaning}</p>')
+        items = "".join(
+            f"<li>{html.escape(_anomaly_line(anomaly))}</li>" for anomaly in of_kind[:SHOWN_ANOMALIES]
+        )
+        more = len(of_kind) - SHOWN_ANOMALIES
         tail = f"<li>... and {more} more</li>" if more > 0 else ""
         parts.append(f"<ul>{items}{tail}</ul>")
-        for anomaly in [anomaly for anomaly in found if anomaly.get("history")][:HISTORIES_PER_KIND]:
+        for anomaly in [anomaly for anomaly in of_kind if anomaly.get("history")][:HISTORIES_PER_KIND]:
             parts.append(_history_table(anomaly))
-    return "\n".join(parts)
+    return parts
 
 
 def _anomaly_line(anomaly: Mapping[str, Any]) -> str:

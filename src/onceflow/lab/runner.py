@@ -23,16 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.faults.broker_process import BrokerProcess, wait_until
 from onceflow.faults.proxy import FaultPlan, FaultProxy
-from onceflow.lab import broker_metrics, coverage, faults, timeline
+from onceflow.lab import broker_metrics, controls, coverage, faults, timeline
 from onceflow.lab.broker_metrics import BrokerMetrics
-from onceflow.lab.checker import CheckResult, check
-from onceflow.lab.history import HistoryWriter, read_history
+from onceflow.lab.checker import CheckResult, check, log_agreement
+from onceflow.lab.history import Event, HistoryWriter, read_history
 from onceflow.lab.presets import PRESETS
+from onceflow.lab.transactions import fates, outcomes
 
 PARTITIONS = 3  # asked for; a cluster that only auto-creates topics may pick another number
 PRODUCERS = 2
@@ -41,6 +42,7 @@ PRODUCE_S = 6.0  # the producers spread their values over this long; the faults 
 DRAIN_TIMEOUT_S = 60.0
 STALL_S = 12.0
 SIGNALED = ("kill-producer", "kill-consumer", "pause-consumer")
+AT_CONSUMERS = ("kill-consumer", "pause-consumer")
 SHOWN_CONTEXTS = 20  # anomalies whose surrounding operations the JSON carries
 ZOMBIE_WAIT_S = 10.0  # a zombie goes on at the latest this long after its successor started
 CLIENT_START_TIMEOUT_S = 60.0
@@ -77,6 +79,10 @@ class RunResult:
     timeline: dict[str, Any] = field(default_factory=dict)
     contexts: list[list[dict[str, Any]]] = field(default_factory=list)
     broker_metrics: BrokerMetrics | None = None  # the lab's own broker only
+    # Whether the broker's own view of its aborted records matches the history's (never a verdict).
+    cross_check: dict[str, Any] = field(default_factory=dict)
+    control: dict[str, Any] | None = None  # with a broker fault: was it caught (`controls.py`)
+    transactions: dict[str, int] = field(default_factory=dict)  # by outcome, as the clients saw it
 
     @property
     def not_tested(self) -> list[str]:
@@ -101,6 +107,10 @@ class RunResult:
             "coverage": self.coverage,
             "verdicts": self.verdicts,
             "broker_fault_effects": self.broker_fault_effects,
+            "unit": "values",
+            "cross_check": self.cross_check,
+            "control": self.control,
+            "transactions": self.transactions,
             "timeline": self.timeline,
             "broker_metrics": None if self.broker_metrics is None else self.broker_metrics.to_json(),
             "anomalies": [
@@ -216,6 +226,9 @@ class _Run:
         self.tag = f"{os.getpid()}-{time.time_ns() % 10**9}-{next(_RUN_NUMBERS)}"
         self.input = f"lab-{self.tag}-input"
         self.output = f"lab-{self.tag}-output"
+        # A preset without a consume-process-produce stage (the idempotent producer's) has no output.
+        self.workers = WORKERS if self.preset.consumes else 0
+        self.topics = (self.input, self.output) if self.workers else (self.input,)
         self.group = f"lab-{self.tag}"
         self.processes: dict[str, subprocess.Popen[str]] = {}
         self.incarnations: dict[str, int] = {}
@@ -242,16 +255,23 @@ class _Run:
         self.log(f"{scenario.guarantee}: {scenario.messages} messages, faults {fault_names}")
         self._create_topics()
         plan = faults.schedule(scenario.faults, scenario.seed, scenario.produce_s, PRODUCERS, WORKERS)
+        if not self.workers and any(event.action in AT_CONSUMERS for event in plan):
+            plan = [event for event in plan if event.action not in AT_CONSUMERS]
+            self.injected.append(f"no consumer to kill or pause: {scenario.guarantee} runs producers only")
         hangers: list[threading.Thread] = []
         try:
-            for slot in range(WORKERS):
+            for slot in range(self.workers):
                 self._start(f"worker-{slot}")
             for slot in range(PRODUCERS):
                 self._start(f"producer-{slot}")
             # The faults are timed from when every client is up, not from their spawn: on a busy
             # machine an interpreter takes seconds to start, and lost acks timed from the spawn
             # could be over before the first write.
-            wait_until(lambda: all(map(self._up, self.processes)), CLIENT_START_TIMEOUT_S)
+            wait_until(
+                lambda: all(map(self._up, self.processes)),
+                CLIENT_START_TIMEOUT_S,
+                what="every client to start (its history file to appear)",
+            )
             started = time.monotonic()
             while plan or len(self.finished) < PRODUCERS:
                 while plan and plan[0].at_s <= time.monotonic() - started:
@@ -272,13 +292,12 @@ class _Run:
         finally:
             for process in [*self.processes.values(), *(zombie.process for zombie in self.zombies)]:
                 _kill(process)
+        self.fault_log.close()
+        self._final_reads()
         effects = None
         if scenario.broker_fault is not None:
             effects = dataclasses.asdict(self.proxy.broker_faults)
             self._report_broker_fault()
-        self.proxy.plan.broker_fault = None  # the final reads see the log as the broker keeps it
-        self.fault_log.close()
-        self._final_reads()
         events = read_history(self.history_dir)
         result = check(events, self.input, self.output)
         counts = coverage.measure(
@@ -295,9 +314,16 @@ class _Run:
         contexts = [timeline.context(events, anomaly.values) for anomaly in result.anomalies[:SHOWN_CONTEXTS]]
         drawn = timeline.build(events)
         metrics = self._broker_metrics()
-        return RunResult(
+        run = RunResult(
             scenario, result, drained, self.injected, counts, judged, effects, drawn, contexts, metrics
         )
+        run.cross_check = log_agreement(events)
+        run.transactions = outcomes(events)
+        acknowledged = {event["value"] for event in events if event["type"] == "ack"}
+        run.control = controls.judge(run.to_json(), acknowledged)
+        if run.control is not None:
+            self.log(f"{scenario.guarantee}: {controls.line(run.control)}")
+        return run
 
     def _broker_metrics(self) -> BrokerMetrics | None:
         """The own broker's metrics since its last start (a broker kill resets them)."""
@@ -314,7 +340,7 @@ class _Run:
     def _create_topics(self) -> None:
         admin = AdminClient({"bootstrap.servers": self.direct_bootstrap})
         cluster = admin.list_topics(timeout=30)
-        topics = (self.input, self.output)
+        topics = self.topics
         # librdkafka's mock cluster has no controller to answer CreateTopics; it creates a topic
         # (with partitions of its choosing) when a Metadata request names it.
         if cluster.controller_id in cluster.brokers:
@@ -351,9 +377,12 @@ class _Run:
             return [role, *common, "--input", self.input, "--output", self.output, "--group", self.group,
                     "--slot", slot]  # fmt: skip
         share = self.scenario.messages // PRODUCERS + (int(slot) < self.scenario.messages % PRODUCERS)
+        history = [e for e in read_history(self.history_dir) if e["process"].startswith(f"{name}.")]
+        resend = unacknowledged(history) if self.preset.resends_unacknowledged else []
         return [
             role, *common, "--topic", self.input, "--prefix", f"p{self.tag}-{slot}",
-            "--start", str(self._next_number(name)), "--end", str(share),
+            "--resend", ",".join(str(number) for number in resend),
+            "--start", str(_next_number(history)), "--end", str(share),
             "--rate", str(max(share / self.scenario.produce_s, 1.0)),
             "--abort-rate", str(faults.ABORT_RATE if self.preset.transactional else 0.0),
             "--seed", str(self.scenario.seed),
@@ -370,15 +399,6 @@ class _Run:
                 stderr=log,
                 text=True,
             )
-
-    def _next_number(self, name: str) -> int:
-        """A restarted producer goes on after the last value it sent; values are never reused."""
-        numbers = [
-            int(event["value"].rsplit("-", 1)[1])
-            for event in read_history(self.history_dir)
-            if event["type"] == "send" and event["process"].startswith(f"{name}.")
-        ]
-        return max(numbers, default=-1) + 1
 
     def _supervise(self) -> None:
         """Starts again every client that died, as an orchestrator would; a producer exits 0 when done."""
@@ -535,14 +555,18 @@ class _Run:
         while time.monotonic() < deadline:
             self._supervise()
             bootstrap = self.direct_bootstrap
-            records, committed_ends = read_topic(bootstrap, self.input, partitions, "read_committed")
-            if isolation != "read_committed":
-                records = read_topic(bootstrap, self.input, partitions, isolation)[0]
+            try:
+                records, committed_ends = read_topic(bootstrap, self.input, partitions, "read_committed")
+                if isolation != "read_committed":
+                    records = read_topic(bootstrap, self.input, partitions, isolation)[0]
+                committed = self._committed() if self.workers else {}
+                settled = {p: end for p, end in committed_ends} == self._high_watermarks()
+            except (KafkaException, TimeoutError) as error:  # a broker restarting: asked again
+                self.log(f"{self.scenario.guarantee}: drain probe failed, asking again: {error}")
+                time.sleep(0.5)
+                continue
             last = {p: o for p, o, _v in records}  # records come in offset order per partition
-            committed = self._committed()
-            if {p: end for p, end in committed_ends} == self._high_watermarks() and all(
-                committed.get(p, -1) > o for p, o in last.items()
-            ):
+            if settled and all(committed.get(p, -1) > o for p, o in last.items() if self.workers):
                 return True
             if committed != progress:
                 progress, progress_at = committed, time.monotonic()
@@ -585,10 +609,17 @@ class _Run:
             consumer.close()
 
     def _final_reads(self) -> None:
+        """Both topics at both isolation levels, straight from the broker; under `serve-aborted`
+        through the proxy, fault on, as a broker whose read_committed is broken would serve them:
+        then only the history knows which records were aborted."""
+        serving_aborted = self.scenario.broker_fault == "serve-aborted"
+        bootstrap = self.client_bootstrap if serving_aborted else self.direct_bootstrap
+        if not serving_aborted:
+            self.proxy.plan.broker_fault = None
         reader = HistoryWriter(self.history_dir / "final-read.jsonl", "final-read")
-        for topic in (self.input, self.output):
+        for topic in self.topics:
             for isolation in ("read_committed", "read_uncommitted"):
-                records, ends = read_topic(self.direct_bootstrap, topic, self.partitions[topic], isolation)
+                records, ends = read_topic(bootstrap, topic, self.partitions[topic], isolation)
                 reader.record("read", topic=topic, isolation=isolation, records=records, ends=ends)
         reader.close()
 
@@ -626,6 +657,28 @@ def read_topic(
     if len(ends) < partitions:
         raise TimeoutError(f"{topic}: did not reach the end of every partition in {timeout_s}s")
     return records, sorted([p, end] for p, end in ends.items())
+
+
+def _next_number(history: list[Event]) -> int:
+    """A restarted producer goes on after the last value its predecessors sent."""
+    return max((_number(event["value"]) for event in history if event["type"] == "send"), default=-1) + 1
+
+
+def unacknowledged(history: list[Event]) -> list[int]:
+    """The numbers of the values a producer's predecessors sent and never saw settled: neither
+    acknowledged nor failed, nor in a transaction that ended or whose commit they asked for (it
+    may have landed), in the order sent. A restarted at-least-once producer sends them again."""
+    sent = list(dict.fromkeys(event["value"] for event in history if event["type"] == "send"))
+    settled = {event["value"] for event in history if event["type"] in ("ack", "fail")}
+    settled |= {value for event in history if event["type"] == "txn" for value in event["values"]}
+    transactions = fates(history)
+    for fate in ("committed", "unknown"):
+        settled |= {value for values in transactions.values[fate].values() for value in values}
+    return [_number(value) for value in sent if value not in settled]
+
+
+def _number(value: str) -> int:
+    return int(value.rsplit("-", 1)[1])
 
 
 def _kill(process: subprocess.Popen[str]) -> None:

@@ -182,7 +182,7 @@ def context(events: Iterable[Event], values: Iterable[str]) -> list[dict[str, An
 def _values(event: Event) -> set[str]:
     if "value" in event:
         return {str(event["value"])}
-    if event["type"] == "abort":
+    if event["type"] == "txn":
         return set(event["values"])
     if event["type"] == "poll":
         return {str(value) for _p, _o, value in event["records"]}
@@ -203,8 +203,18 @@ def describe(event: Event, wanted: Collection[str] = ()) -> str:
         return f"ack {event['value']}{where}"
     if kind == "fail":
         return f"send of {event['value']} failed: {event.get('error', 'unknown error')}"
-    if kind == "abort":
-        return f"abort a transaction of {len(event['values'])} values"
+    if kind in ("written", "unhandled-ack"):
+        where = (
+            ""
+            if event.get("offset") is None
+            else f" at partition {event['partition']} offset {event['offset']}"
+        )
+        what = "in the open transaction" if kind == "written" else "ack never handled: the producer dies"
+        return f"stored {event['value']}{where} ({what})"
+    if kind == "commit-txn":
+        return "ask to commit the transaction"
+    if kind == "txn":
+        return f"transaction of {len(event['values'])} values {event['outcome']}"
     if kind == "poll":
         records = event["records"]
         hits = [f"{value} (partition {p} offset {o})" for p, o, value in records if value in wanted]

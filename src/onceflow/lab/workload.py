@@ -1,16 +1,22 @@
 """The lab's client processes, run as `python -m onceflow.lab.workload ROLE ...` so they can be SIGKILLed.
 
-- `producer` sends the unique values PREFIX-START .. PREFIX-(END-1) to the input topic at a steady rate;
+- `producer` sends the values PREFIX-N given with --resend, then the unique values PREFIX-START ..
+  PREFIX-(END-1), to the input topic at a steady rate;
 - `worker` consumes the input in a group, writes each value to the output and commits per its preset;
 - `hanger` opens a transaction, writes a few values, says "open" and waits to be killed.
 
 None has recovery code: on any error a process exits and the lab starts it again, as after a crash.
-Each one records what it did in its own history file (see `history.py`).
+Each one records what it did in its own history file (see `history.py`), transactional clients
+each record the broker acknowledged in their open transaction and how the transaction ended as
+they saw it (`transactions.py`): the checker judges aborted reads by that, not by the broker.
 
 The lab's crashes land where they matter: on SIGUSR1 (or SIGUSR2) a producer or worker SIGKILLs
 itself at its next crash point, recording a `crash` event first:
-- a producer right after a send (a transactional one after flushing its transaction, before the
-  commit: its records are in the log and the transaction will be aborted);
+- a producer right after a send: a transactional one after flushing its transaction, before the
+  commit (its records are in the log and the transaction will be aborted); a producer whose preset
+  sends again what it never saw acknowledged once the broker has stored its in-flight sends but
+  before it handled their acks (recorded as `unhandled-ack`), so its successor, a new producer
+  session, sends them again; an at-most-once one at once;
 - a worker before committing what it polled (after processing it, where the preset processes
   first), or on SIGUSR2 after committing and before processing, where the preset commits first.
 
@@ -27,9 +33,10 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from onceflow.lab.history import HistoryWriter
 from onceflow.lab.presets import PRESETS, Preset
@@ -67,6 +74,10 @@ class CrashPoints:
         self.armed = point
         self.pausing = pausing
 
+    def due(self, point: str) -> bool:
+        """Whether the process dies (not pauses) at `point` when it reaches it."""
+        return self.armed == point and not self.pausing
+
     def reached(self, point: str, history: HistoryWriter) -> None:
         if self.armed != point:
             return
@@ -93,50 +104,74 @@ def _producer(args: argparse.Namespace, preset: Preset, history: HistoryWriter, 
     aborts = random.Random(f"{args.seed}-{args.process}")
     producer = Producer(producer_config(args.bootstrap, preset, args.transactional_id))
     delivered: dict[str, tuple[int, int | None]] = {}
+    dying = False  # at a crash point: acks come in that the application will never handle
 
     def on_delivery(error: KafkaError | None, message: Message) -> None:
         value = _text(message)
+        where = {"topic": args.topic, "value": value, "partition": message.partition()}
+        where["offset"] = _offset(message)
         if error is not None:
             history.record("fail", topic=args.topic, value=value, error=str(error))
         elif preset.transactional:
             delivered[value] = (message.partition() or 0, _offset(message))
+            history.record("written", **where)  # in the log, its transaction still open
         else:
-            history.record(
-                "ack", topic=args.topic, value=value, partition=message.partition(), offset=_offset(message)
-            )
+            history.record("unhandled-ack" if dying else "ack", **where)
 
     if preset.transactional:
         producer.init_transactions(30)
+    numbers = [*args.resend, *range(args.start, args.end)]
+    step = TRANSACTION_SIZE if preset.transactional else 1
     interval = 1.0 / args.rate
     started = time.monotonic()
-    for first in range(args.start, args.end, TRANSACTION_SIZE if preset.transactional else 1):
-        numbers = range(first, min(first + TRANSACTION_SIZE, args.end)) if preset.transactional else [first]
+    for first in range(0, len(numbers), step):
         if preset.transactional:
             producer.begin_transaction()
-        for number in numbers:
-            time.sleep(max(0.0, started + (number - args.start) * interval - time.monotonic()))
-            value = f"{args.prefix}-{number}"
+        for position in range(first, min(first + step, len(numbers))):
+            time.sleep(max(0.0, started + position * interval - time.monotonic()))
+            value = f"{args.prefix}-{numbers[position]}"
             history.record("send", topic=args.topic, value=value)
             producer.produce(args.topic, key=value, value=value, on_delivery=on_delivery)
             if not preset.transactional:
-                crash.reached(BEFORE_COMMIT, history)  # a send in flight, its ack not yet back
+                if preset.resends_unacknowledged and crash.due(BEFORE_COMMIT):
+                    dying = True
+                    producer.flush(10)  # stored by the broker, the acks never handled
+                crash.reached(BEFORE_COMMIT, history)  # a send in flight, its ack not handled
             producer.poll(0)
         if preset.transactional:
             producer.flush(60)
             crash.reached(BEFORE_COMMIT, history)
+            values = sorted(delivered)
+            delivered_now = dict(delivered)
+            delivered.clear()
             if aborts.random() < args.abort_rate:
                 # Its records are in the log: read_committed readers must never see them.
                 producer.abort_transaction(60)
-                history.record("abort", topic=args.topic, values=sorted(delivered))
-                delivered.clear()
+                history.record("txn", topic=args.topic, outcome="aborted", values=values)
                 continue
-            producer.commit_transaction(60)
+            _commit(producer, history, args.topic, values)
             # Acknowledged only now: before the commit, the values could still be aborted.
-            for value, (partition, offset) in delivered.items():
+            for value, (partition, offset) in delivered_now.items():
                 history.record("ack", topic=args.topic, value=value, partition=partition, offset=offset)
-            delivered.clear()
     if producer.flush(120) != 0:
         sys.exit(1)
+
+
+def _commit(producer: Producer, history: HistoryWriter, topic: str, values: list[str]) -> None:
+    """Commits the open transaction, recording the request and the answer as the client saw it."""
+    history.record("commit-txn", topic=topic)
+    try:
+        producer.commit_transaction(60)
+    except KafkaException as error:
+        history.record("txn", topic=topic, outcome=_failed_outcome(error), values=values)
+        raise
+    history.record("txn", topic=topic, outcome="committed", values=values)
+
+
+def _failed_outcome(error: KafkaException) -> str:
+    code = error.args[0].code() if error.args and isinstance(error.args[0], KafkaError) else None
+    fenced = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+    return "fenced" if code in fenced else "unknown"
 
 
 def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter, crash: CrashPoints) -> None:
@@ -158,6 +193,8 @@ def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter, cr
     producer = Producer(producer_config(args.bootstrap, preset, args.transactional_id))
     if preset.transactional:
         producer.init_transactions(30)
+
+    on_written = _written_recorder(history, args.output)
 
     def on_assign(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
         history.record("assign", topic=args.input, partitions=sorted(tp.partition for tp in partitions))
@@ -182,15 +219,22 @@ def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter, cr
         time.sleep(args.processing_s)  # the work a real job does: a crash may land in it
         if preset.transactional:
             producer.begin_transaction()
-        for message in messages:
-            value = _text(message)
-            producer.produce(args.output, key=value, value=value)
+        values = [_text(message) for message in messages]
+        for value in values:
+            producer.produce(
+                args.output, key=value, value=value, on_delivery=on_written if preset.transactional else None
+            )
         if preset.commit == "in-transaction":
             # The output reaches the log first, so that a crash here leaves an aborted transaction.
             producer.flush(60)
             crash.reached(BEFORE_COMMIT, history)
-            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
-            producer.commit_transaction(60)
+            try:
+                producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+            except KafkaException as error:  # a zombie's successor fenced it
+                outcome = _failed_outcome(error)
+                history.record("txn", topic=args.output, outcome=outcome, values=sorted(values))
+                raise
+            _commit(producer, history, args.output, sorted(values))
             _record_commit(history, args.input, offsets)
         elif producer.flush(60) != 0:
             sys.exit(1)
@@ -212,13 +256,25 @@ def _hanger(args: argparse.Namespace, history: HistoryWriter) -> None:
     )
     producer.init_transactions(30)
     producer.begin_transaction()
+    on_written = _written_recorder(history, args.topic)
     for number in range(args.start, args.end):
         value = f"{args.prefix}-{number}"
         history.record("send", topic=args.topic, value=value)
-        producer.produce(args.topic, key=value, value=value)
+        producer.produce(args.topic, key=value, value=value, on_delivery=on_written)
     producer.flush(30)
     print("open", flush=True)
     time.sleep(3600)
+
+
+def _written_recorder(history: HistoryWriter, topic: str) -> Callable[[KafkaError | None, Message], None]:
+    """A delivery callback that records each record of the open transaction the broker stored."""
+
+    def on_written(error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            where = {"partition": message.partition(), "offset": _offset(message)}
+            history.record("written", topic=topic, value=_text(message), **where)
+
+    return on_written
 
 
 def _next_offsets(topic: str, messages: list[Message]) -> list[TopicPartition]:
@@ -254,6 +310,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--topic", default="input")
     parser.add_argument("--prefix", default="p")
     parser.add_argument("--start", type=int, default=0)
+    parser.add_argument(
+        "--resend", type=lambda text: [int(n) for n in text.split(",") if n], default=[], help="N1,N2,..."
+    )
     parser.add_argument("--end", type=int, default=0)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--timeout-ms", type=int, default=3000)
