@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -24,6 +25,7 @@ from onceflow.apis.api_versions import unsupported_version_response
 from onceflow.apis.common import Ordered, Stamps
 from onceflow.broker.core import Broker
 from onceflow.broker.metrics import STAGE_FSYNC_TO_ANSWER, Metrics
+from onceflow.log_limits import once_per_interval
 from onceflow.protocol.codec import OWN_PIECE_BYTES, encode_response_pieces
 from onceflow.protocol.connection import (
     Connection,
@@ -31,8 +33,10 @@ from onceflow.protocol.connection import (
     RequestReceived,
     UnsupportedApiVersionsRequest,
 )
+from onceflow.protocol.limits import ConnectionQuotas, MemoryPool
 
 log = logging.getLogger(__name__)
+_refusals = once_per_interval(__name__)
 
 MAX_IN_FLIGHT_PER_CONNECTION = 64
 # Requests read but not yet started, per connection, beyond which the socket is not read: so
@@ -41,6 +45,9 @@ MAX_IN_FLIGHT_PER_CONNECTION = 64
 MAX_WAITING_REQUESTS = 64
 MAX_WAITING_BYTES = 2 * 1024 * 1024
 METRICS_REQUEST_TIMEOUT_S = 10
+# Descriptors kept from clients for what the logs open besides their segments' files: a new
+# segment's three, a snapshot, a directory to fsync, the metrics endpoint.
+FILE_DESCRIPTORS_RESERVED = 64
 FINISH_TIMEOUT_S = 5
 
 # A reply on its way to the writer: correlation id, response (or a future of it), the stamps.
@@ -67,6 +74,16 @@ class BrokerServer:
         self._metrics_address = metrics_address
         self._metrics_server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], _InOrderReplies] = {}
+        config = broker.config
+        self._memory = MemoryPool(config.get_int("queued.max.request.bytes"))
+        self._quotas = ConnectionQuotas(
+            config.get_int("max.connections"),
+            config.get_int("max.connections.per.ip"),
+            self._room_for_connections,
+        )
+        self._idle_s = config.get_int("connections.max.idle.ms") / 1000
+        self._clients: set[_ClientProtocol] = set()
+        self._idle_sweep: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -88,16 +105,17 @@ class BrokerServer:
                 self._metrics_server = await asyncio.start_server(self._serve_metrics, host, port)
             except OSError as error:
                 raise OSError(error.errno, f"metrics on {host}:{port}: {error.strerror or error}") from error
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_quiet_accept_errors)
         try:
-            self._server = await asyncio.get_running_loop().create_server(
-                self._accept, self._host, self._port
-            )
+            self._server = await loop.create_server(self._accept, self._host, self._port)
         except BaseException:
             if self._metrics_server is not None:
                 self._metrics_server.close()
             raise
         host, port = self.address
         self.broker.start(host, port)
+        self._idle_sweep = asyncio.create_task(self._close_idle_connections(), name="idle-connections")
         await self.broker.join_cluster()
 
     async def stop(self) -> None:
@@ -105,6 +123,8 @@ class BrokerServer:
             self._metrics_server.close()
         if self._server is not None:
             self._server.close()
+        if self._idle_sweep is not None:
+            self._idle_sweep.cancel()
         # Aborting the connections ends their read loops, which then clean up; one waiting for
         # room among its replies does not wait for them to finish.
         for replies in self._connections.values():
@@ -113,9 +133,42 @@ class BrokerServer:
         await self.broker.stop()
 
     def _accept(self) -> _ClientProtocol:
-        return _ClientProtocol(
-            Connection(self.broker.config.get_int("socket.request.max.bytes")), self._serve
-        )
+        connection = Connection(self.broker.config.get_int("socket.request.max.bytes"), pool=self._memory)
+        return _ClientProtocol(connection, self._serve, self._admit, self._memory)
+
+    def _admit(self, client: _ClientProtocol, peer: Any) -> bool:
+        """Count a new connection against the quotas, or refuse it (closed at once, as Kafka's)."""
+        ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        refused = self._quotas.admit(ip)
+        if refused is not None:
+            _refusals.warning("refusing a connection from %s: %s", ip, refused)
+            return False
+        self._clients.add(client)
+        client.closed.add_done_callback(lambda _: self._forget(client, ip))
+        return True
+
+    def _forget(self, client: _ClientProtocol, ip: str) -> None:
+        self._clients.discard(client)
+        self._quotas.release(ip)
+
+    def _room_for_connections(self) -> int:
+        """How many more connections the open-file limit leaves room for: the logs' files and a
+        reserve for everything else (an fsync's directory, a new segment, a snapshot) come first."""
+        limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if limit == resource.RLIM_INFINITY:
+            return 1
+        return limit - self.broker.logs.open_files() - FILE_DESCRIPTORS_RESERVED - len(self._clients)
+
+    async def _close_idle_connections(self) -> None:
+        """Kafka's connections.max.idle.ms: a connection that sent nothing and is owed nothing for
+        that long is closed, a frame it left half-sent with it (and the memory it held)."""
+        while True:
+            await asyncio.sleep(max(self._idle_s / 10, 0.05))
+            now = time.monotonic()
+            for client in list(self._clients):
+                if now - client.last_active > self._idle_s and client.idle():
+                    log.info("closing a connection idle for %.0f s", now - client.last_active)
+                    client.close()
 
     async def _serve(self, client: _ClientProtocol) -> None:
         task = asyncio.current_task()
@@ -123,6 +176,7 @@ class BrokerServer:
         transport = client.transport
         peer = transport.get_extra_info("peername")
         replies = _InOrderReplies(transport, peer, self.broker.metrics)
+        client.replies = replies
         self._connections[task] = replies
         try:
             while not replies.failed:
@@ -142,7 +196,7 @@ class BrokerServer:
         except ProtocolError as error:
             log.info("closing connection from %s: %s", peer, error)
         except Exception:
-            log.exception("closing connection from %s after an internal error", peer)
+            _refusals.exception("closing connection from %s after an internal error", peer)
         finally:
             # Responses still coming are sent before the connection closes, for a while.
             if not transport.is_closing():
@@ -233,6 +287,11 @@ class _InOrderReplies:
         self.all_written.set()
         self.failed = False
 
+    @property
+    def pending(self) -> bool:
+        """Answers owed to the client."""
+        return bool(self._pending)
+
     def add(self, reply: _Reply) -> None:
         self._pending.append(reply)
         self.all_written.clear()
@@ -310,10 +369,18 @@ class _ClientProtocol(asyncio.BufferedProtocol):
     socket is not read while MAX_WAITING_REQUESTS, or MAX_WAITING_BYTES of them, wait."""
 
     def __init__(
-        self, connection: Connection, serve: Callable[[_ClientProtocol], Coroutine[Any, Any, None]]
+        self,
+        connection: Connection,
+        serve: Callable[[_ClientProtocol], Coroutine[Any, Any, None]],
+        admit: Callable[[_ClientProtocol, Any], bool],
+        memory: MemoryPool,
     ) -> None:
         self._connection = connection
         self._serve = serve
+        self._admit = admit
+        self._memory = memory
+        self.last_active = time.monotonic()
+        self.replies: _InOrderReplies | None = None  # set by the connection's task
         self.transport: asyncio.Transport | None = None
         # Each with the perf_counter() time at which the read that completed it ended.
         self._requests: deque[tuple[RequestReceived | UnsupportedApiVersionsRequest, float]] = deque()
@@ -338,14 +405,39 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         request = self._requests.popleft()
         self._waiting_bytes -= _frame_size(request[0])
         assert self.transport is not None
-        if not self._at_end and not self.transport.is_reading() and not self._full():
+        if (
+            not self._at_end
+            and not self.transport.is_reading()
+            and not self._full()
+            and not self._connection.waiting_for_memory
+        ):
             self.transport.resume_reading()
         return request
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        if not self._admit(self, transport.get_extra_info("peername")):
+            transport.abort()
+            return
         asyncio.get_running_loop().create_task(self._serve(self))
+
+    def idle(self) -> bool:
+        """Nothing read and not answered: no request waits here or is being handled."""
+        return not self._requests and (self.replies is None or not self.replies.pending)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _resume_when_memory_frees(self) -> None:
+        if self._at_end or self.transport is None or self.transport.is_closing():
+            return
+        if self._connection.retry_reservation():
+            if not self._full():
+                self.transport.resume_reading()
+        else:
+            self._memory.when_released(self._resume_when_memory_frees)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._connection.get_buffer()
@@ -357,6 +449,11 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         except Exception as error:  # a ProtocolError, or a bug: the connection's task reports it
             self._end(error)
             return
+        self.last_active = time.monotonic()
+        if self._connection.waiting_for_memory:
+            # Its next frame does not fit queued.max.request.bytes: read no more until it does.
+            self.transport.pause_reading()
+            self._memory.when_released(self._resume_when_memory_frees)
         if requests:
             received = time.perf_counter()
             self._requests.extend((request, received) for request in requests)
@@ -373,6 +470,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         return True  # the answers still coming are written before the connection closes
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._connection.close()
         self._end(None)
         self.writable.set()
         if not self.closed.done():
@@ -394,3 +492,12 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 
 def _frame_size(request: RequestReceived | UnsupportedApiVersionsRequest) -> int:
     return request.size if isinstance(request, RequestReceived) else 0
+
+
+def _quiet_accept_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio retries an accept that ran out of descriptors every second and logs each failure
+    with its traceback: once per interval is enough to say what is wrong."""
+    if context.get("message") == "socket.accept() out of system resource":
+        _refusals.error("cannot accept connections: %s", context.get("exception"))
+        return
+    loop.default_exception_handler(context)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import encode_control_batch
-from onceflow.log.errors import ProducerStateError
+from onceflow.log.errors import LogAppendError, ProducerStateError
 from onceflow.log.log import PartitionLog
 from tests.log.batches import TRANSACTIONAL, idempotent, make_batch
 from tests.log.helpers import append, open_log
@@ -174,3 +175,26 @@ def test_an_abort_appended_while_the_transaction_index_syncs_is_durable_after_th
     assert synced_entries == [1]
     log.flush()
     assert synced_entries == [1, 2]
+
+
+def test_an_abort_whose_index_file_cannot_be_opened_changes_nothing(tmp_path: Path) -> None:
+    # The finding: with no descriptor left, the ABORT marker went in and its index entry did
+    # not, and read_committed readers were given the aborted records.
+    log = open_log(tmp_path)
+    _txn(log, 1, 0)
+    _txn(log, 2, 0)
+    end, unstable = log.log_end_offset, log.producer_state.first_unstable_offset()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest_free = os.open(os.devnull, os.O_RDONLY)  # descriptors are numbered from the lowest free
+    os.close(lowest_free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # not one descriptor more
+    try:
+        with pytest.raises(LogAppendError) as refused:
+            _marker(log, 1, commit=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert refused.value.error_code == ErrorCode.kafka_storage_error
+    assert (log.log_end_offset, log.producer_state.first_unstable_offset()) == (end, unstable)
+    assert _aborted(log) == [] and log.last_stable_offset(end) == 0
+    marker_offset = _marker(log, 1, commit=False)  # the coordinator's retry, once there is one
+    assert _aborted(log) == [(1, 0)] and marker_offset == end

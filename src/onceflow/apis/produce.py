@@ -279,7 +279,7 @@ def _append(request: Request, checked: _Checked, appended: list[PartitionLog]) -
             validated.records, [batch], now_ms(), leader_epoch=broker.leader_epoch(topic, partition)
         )
     except LogError as error:
-        return _refusal(error)
+        return _refusal(error, request)
     # A duplicate is answered only once its original is durable, too.
     appended.append(log)
     if not result.duplicate:
@@ -292,7 +292,9 @@ def _append(request: Request, checked: _Checked, appended: list[PartitionLog]) -
     }
 
 
-def _refusal(error: LogError) -> dict[str, Any]:
+def _refusal(error: LogError, request: Request | None = None) -> dict[str, Any]:
+    if request is not None and error.error_code == ErrorCode.kafka_storage_error:
+        request.broker.metrics.storage_error("append")
     refused = _error(error.error_code, str(error))
     if isinstance(error, RecordErrors):
         refused["record_errors"] = [

@@ -46,6 +46,14 @@ DEFAULTS: dict[str, str] = {
     "default.replication.factor": "1",
     "unclean.leader.election.enable": "false",
     "replica.lag.time.max.ms": "30000",
+    # Connections (Kafka's names and defaults; max.connections is also held to the open-file
+    # limit's headroom, so that clients never take the descriptors the logs need).
+    "connections.max.idle.ms": "600000",
+    "max.connections": str(2**31 - 1),
+    "max.connections.per.ip": str(2**31 - 1),
+    # Kafka's default is -1, no limit; 200 MiB of large request frames held at once is two of
+    # socket.request.max.bytes.
+    "queued.max.request.bytes": str(200 * 1024 * 1024),
     # The codec batches are stored in ("producer": as sent), and the levels of recompression.
     "compression.type": "producer",
     "compression.gzip.level": "-1",

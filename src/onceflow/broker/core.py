@@ -237,8 +237,9 @@ class Broker:
 
     async def _settled(self, durable: tuple[DurableLog, ...], completions: list[asyncio.Task[None]]) -> None:
         await self.wait_durable(durable)
-        for completion in completions:
-            await completion
+        # A phase two that failed (a full disk) is logged and tried again by the sweep; the
+        # transaction's outcome is durable already, and that is what the client is told.
+        await asyncio.gather(*completions, return_exceptions=True)
 
     def complete_transaction(self, transactional_id: str) -> asyncio.Task[None]:
         """Phase two of a prepared transaction, once per transaction at a time."""

@@ -32,8 +32,10 @@ from onceflow.log.producer_state import (
 from onceflow.log.scan import CorruptRange
 from onceflow.log.segment import MAX_RELATIVE_OFFSET, NOTHING_FETCHED, FetchedBatches, LogSegment, SegmentMark
 from onceflow.log.transaction_index import AbortedTransaction, aborted_entry
+from onceflow.log_limits import once_per_interval
 
 _log = logging.getLogger(__name__)
+_storage_errors = once_per_interval(__name__)
 
 # The log start offset that DeleteRecords set, when it is past the first segment's base (Kafka
 # keeps these in one log-start-offset-checkpoint per data directory; one file per partition goes
@@ -227,6 +229,7 @@ class PartitionLog:
         except OSError as exc:
             self.leader_epochs.entries = epochs
             message = f"{self.directory.name}: append failed: {exc}"
+            _storage_errors.error("%s; nothing was written", message)
             raise LogAppendError(ErrorCode.kafka_storage_error, message) from exc
         entries_before = len(active.txn_index.entries)
         try:
@@ -235,9 +238,9 @@ class PartitionLog:
         except OSError as exc:
             self.leader_epochs.entries = epochs
             self._undo_append(active, before, entries_before, exc)
-            raise LogAppendError(
-                ErrorCode.kafka_storage_error, f"{active.txn_index.path}: write failed: {exc}"
-            ) from exc
+            message = f"{active.txn_index.path}: write failed: {exc}"
+            _storage_errors.error("%s; the batches written before it were taken back", message)
+            raise LogAppendError(ErrorCode.kafka_storage_error, message) from exc
         self.log_end_offset = offset
         for header, batch_offset in zip(headers, base_offsets, strict=True):
             self.producer_state.update(header, batch_offset, now_ms)

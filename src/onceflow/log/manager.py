@@ -252,6 +252,10 @@ class LogManager:
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from None
 
+    def open_files(self) -> int:
+        """The descriptors the logs hold, about: three per segment."""
+        return FILES_PER_SEGMENT * sum(log.segment_count for log in self._logs.values())
+
     def _check_open_files(self, new_partitions: int) -> None:
         """Refuse partitions the open-file limit cannot hold: running out of descriptors would
         fail appends, fsyncs and new connections for every client, where Kafka halts."""

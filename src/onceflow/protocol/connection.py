@@ -20,6 +20,7 @@ from onceflow.protocol.codec import (
     decode_request,
     peek_request_prefix,
 )
+from onceflow.protocol.limits import MemoryPool
 
 _INT32 = struct.Struct(">i")
 API_VERSIONS_KEY = 18
@@ -63,8 +64,18 @@ class Connection:
     were read, a larger one (a Produce request of 1 MB batches) is read into a buffer of its
     size, reused from frame to frame."""
 
-    def __init__(self, max_request_bytes: int, read_buffer_bytes: int = READ_BUFFER_BYTES) -> None:
+    def __init__(
+        self,
+        max_request_bytes: int,
+        read_buffer_bytes: int = READ_BUFFER_BYTES,
+        pool: MemoryPool | None = None,
+    ) -> None:
         self._max_request_bytes = max_request_bytes
+        # A frame that needs a buffer of its own takes its size from `pool` first; while it
+        # cannot (`waiting_for_memory`), the shell reads nothing more from this connection.
+        self._pool = pool
+        self._reserved = 0
+        self.waiting_for_memory = 0
         self._reads = bytearray(read_buffer_bytes)
         self._start = 0  # where the first frame not yet decoded starts in `_reads`
         self._end = 0  # where the bytes read end in `_reads`
@@ -85,8 +96,11 @@ class Connection:
             self._filled += nbytes
             if self._filled == len(self._frame):
                 frame, self._frame = self._frame, None
-                with frame.toreadonly() as view:
-                    events.append(self._decode(view))
+                try:
+                    with frame.toreadonly() as view:
+                        events.append(self._decode(view))
+                finally:
+                    self._release()
                 assert self._frame_buffer is not None
                 # Its pages are free for the kernel to take back when it needs memory (a
                 # connection gone idle holds none); until then the next frame reuses them as
@@ -127,6 +141,8 @@ class Connection:
         if unread >= _INT32.size:
             (size,) = _INT32.unpack_from(self._reads, self._start)  # checked by _decode_frames
             if _INT32.size + size > len(self._reads):
+                if not self._reserve(size):
+                    return  # the shell stops reading until memory is released (`retry_reservation`)
                 if self._frame_buffer is None or len(self._frame_buffer) < size:
                     self._frame_buffer = _frame_buffer(size)  # replaced: a view may be alive
                 self._frame = memoryview(self._frame_buffer)[:size]
@@ -141,6 +157,30 @@ class Connection:
             return
         self._reads[:unread] = self._reads[self._start : self._end]  # a copy first: they may overlap
         self._start, self._end = 0, unread
+
+    def _reserve(self, size: int) -> bool:
+        if self._pool is None:
+            return True
+        if not self._pool.try_reserve(size):
+            self.waiting_for_memory = size
+            return False
+        self._reserved, self.waiting_for_memory = size, 0
+        return True
+
+    def _release(self) -> None:
+        if self._pool is not None and self._reserved:
+            self._pool.release(self._reserved)
+        self._reserved = 0
+
+    def retry_reservation(self) -> bool:
+        """After memory was released: whether the waiting frame now has its buffer."""
+        self._make_room()
+        return not self.waiting_for_memory
+
+    def close(self) -> None:
+        """The connection is gone: give back the memory its unfinished frame holds."""
+        self._release()
+        self.waiting_for_memory = 0
 
     def _decode_frames(
         self, view: memoryview, events: list[RequestReceived | UnsupportedApiVersionsRequest]
