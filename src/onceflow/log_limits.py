@@ -13,17 +13,18 @@ INTERVAL_S = 10.0
 
 
 class OncePerInterval(logging.Filter):
-    """Lets each message (told apart by its logger and format string) through once per
-    `interval_s`."""
+    """Lets each message (told apart by its logger, its format string and its first argument,
+    which names what it is about) through once per `interval_s`."""
 
     def __init__(self, interval_s: float = INTERVAL_S) -> None:
         super().__init__()
         self._interval_s = interval_s
-        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+        self._seen: dict[tuple[str, str, str], tuple[float, int]] = {}
         self._lock = threading.Lock()  # background threads log too
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, str(record.msg))
+        about = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        key = (record.name, str(record.msg), str(about))
         now = time.monotonic()
         with self._lock:
             last, held = self._seen.get(key, (float("-inf"), 0))

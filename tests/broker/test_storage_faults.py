@@ -31,15 +31,22 @@ SETTINGS = {
 
 
 class _Broker:
-    def __init__(self, data_dir: Path, log_path: Path, nofile: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        log_path: Path,
+        nofile: int | None = None,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir, self.log_path, self.nofile = data_dir, log_path, nofile
+        self.settings = {**SETTINGS, **(settings or {})}
         self.process: subprocess.Popen[str] | None = None
         self.address = ""
 
     def start(self) -> _Broker:
         command = [sys.executable, "-m", "onceflow.cli", "broker", "--listen", "127.0.0.1:0"]
         command += ["--data-dir", str(self.data_dir)]
-        for key, value in SETTINGS.items():
+        for key, value in self.settings.items():
             command += ["--set", f"{key}={value}"]
         limit = self.nofile
 
@@ -241,3 +248,43 @@ def _create_topic(wire: WireClient, name: str, configs: dict[str, str]) -> int:
         timeout=10_000,
     )
     return int(response.topics[0].error_code)
+
+
+@pytest.mark.soak
+def test_background_work_resumes_when_a_full_disk_has_room_again(tmp_path: Path) -> None:
+    # The finding: one failed snapshot on a full disk ended the housekeeping task for good, and
+    # retention with it (14 segments kept against a 300 kB limit) until a restart.
+    with _tmpfs(tmp_path / "disk", "20m") as disk, ExitStack() as stack:
+        every_200_ms = {
+            "producer.snapshot.interval.ms": "200",
+            "log.retention.check.interval.ms": "200",
+            "log.flush.interval.ms": "200",
+        }
+        broker = _Broker(disk / "data", tmp_path / "broker.log", settings=every_200_ms).start()
+        stack.callback(broker.kill)
+        with WireClient(broker.address) as wire:
+            configs = {"retention.bytes": "30000", "segment.bytes": "10240"}
+            assert _create_topic(wire, TOPIC, configs) == 0
+        failed: list[object] = []
+        producer = Producer(
+            {
+                "bootstrap.servers": broker.address,
+                "enable.idempotence": True,
+                "batch.size": 8000,  # below segment.bytes
+                "on_delivery": lambda error, _: error is None or failed.append(error),
+            }
+        )
+        producer.produce(TOPIC, value=b"before the disk filled")
+        assert producer.flush(30) == 0
+        filler = _fill(disk)
+        wait_until(lambda: broker.logged("producer snapshots failed"), 30)
+        filler.unlink()
+        for number in range(100):
+            producer.produce(TOPIC, value=b"%04d" % number + b"x" * 1000)
+        assert producer.flush(30) == 0
+        assert not failed
+        segments = lambda: sorted((disk / "data" / f"{TOPIC}-0").glob("*.log"))  # noqa: E731
+        wait_until(lambda: len(segments()) <= 4, 30)  # 100 KB kept to 30 KB and the active one
+        checkpoint = disk / "data" / "recovery-point-offset-checkpoint"
+        wait_until(lambda: f"{TOPIC} 0 101" in checkpoint.read_text(), 30)
+        assert broker.logged("works again")

@@ -48,13 +48,17 @@ from onceflow.log.cleaner import abandon, plan_cleaning, swap_in, write_cleaned_
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
 from onceflow.log.manager import LogManager
+from onceflow.log_limits import once_per_interval
 
 if TYPE_CHECKING:
     from onceflow.cluster.zk import ZooKeeperCluster
 
 log = logging.getLogger(__name__)
+_repeated = once_per_interval(__name__)
 
 FSYNC_THREADS = 4
+# The longest pause between two attempts of a background task that keeps failing.
+MAX_BACKOFF_S = 5.0
 T = TypeVar("T")
 # What a replica fetcher follows: its leader's endpoint, and each partition's leader epoch.
 _Followed: TypeAlias = tuple[tuple[str, int], dict[tuple[str, int], int]]
@@ -174,15 +178,7 @@ class Broker:
             advertised = ("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port)
         self.endpoint = Endpoint(self.node_id, *advertised)
         self._flushes.start()
-        self._tasks = [
-            asyncio.create_task(self._write_behind(), name="write-behind"),
-            asyncio.create_task(self._housekeeping(), name="housekeeping"),
-            asyncio.create_task(self._transaction_sweep(), name="transaction-sweep"),
-        ]
-        if self.config.get_bool("log.cleaner.enable"):
-            self._tasks.append(asyncio.create_task(self._log_cleaner(), name="log-cleaner"))
-        if self.cluster is not None:
-            self._tasks.append(asyncio.create_task(self._shrink_isrs(), name="isr-shrinker"))
+        self._tasks = self._background_tasks()
         self._fire_group_timers()  # sessions of members replayed from the log
         if self.cluster is None:
             self._complete_prepared()
@@ -272,17 +268,14 @@ class Broker:
             # Cancelled with this phase two (the broker stops), they stop too.
             await asyncio.gather(*markers)
 
-    async def _transaction_sweep(self) -> None:
+    def _sweep_transactions(self) -> None:
         """Abort transactions past their timeout (fencing their producer), finish prepared ones
         and expire idle ids."""
-        interval_s = self.config.get_int("transaction.abort.timed.out.transaction.cleanup.interval.ms") / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            self.transactions.abort_timed_out(now_ms())
-            # Newly timed out, and any whose completion failed (a full disk, say): retry.
-            for transactional_id in self.transactions.pending_completions():
-                self.complete_transaction(transactional_id)
-            self.transactions.expire_idle_ids(now_ms())
+        self.transactions.abort_timed_out(now_ms())
+        # Newly timed out, and any whose completion failed (a full disk, say): retry.
+        for transactional_id in self.transactions.pending_completions():
+            self.complete_transaction(transactional_id)
+        self.transactions.expire_idle_ids(now_ms())
 
     # -- cluster mode ----------------------------------------------------------------
     def _cluster_changed(self, view: ClusterView) -> None:
@@ -513,16 +506,14 @@ class Broker:
         from the ISR (a compare-and-set on the state znode, keeping the leader epoch)."""
         assert self.cluster is not None
         lag_ms = self.config.get_int("replica.lag.time.max.ms")
-        while True:
-            await asyncio.sleep(lag_ms / 2000)
-            view = self.cluster.view
-            for (topic, partition), state in list(self._leading.items()):
-                isr = view.isr(topic, partition)
-                lagging = state.lagging(isr, self.node_id, lag_ms, now_ms())
-                if lagging:
-                    in_sync = tuple(replica for replica in isr if replica not in lagging)
-                    log.warning("%s-%d: %s lag, ISR now %s", topic, partition, lagging, in_sync)
-                    await self.cluster.change_isr(topic, partition, in_sync)
+        view = self.cluster.view
+        for (topic, partition), state in list(self._leading.items()):
+            isr = view.isr(topic, partition)
+            lagging = state.lagging(isr, self.node_id, lag_ms, now_ms())
+            if lagging:
+                in_sync = tuple(replica for replica in isr if replica not in lagging)
+                log.warning("%s-%d: %s lag, ISR now %s", topic, partition, lagging, in_sync)
+                await self.cluster.change_isr(topic, partition, in_sync)
 
     @property
     def coordinates_transactions(self) -> bool:
@@ -707,48 +698,78 @@ class Broker:
             _wake(self._replication_waiters, logs, woken_at)
         _wake(self._fetch_waiters, logs, woken_at)
 
-    async def _write_behind(self) -> None:
-        """acks=0/1 data nobody waits for is flushed every log.flush.interval.ms."""
-        interval_s = max(self.config.log_config.flush_interval_ms, 10) / 1000
-        loop = asyncio.get_running_loop()
+    async def _every(self, what: str, interval_s: float, step: Callable[[], Awaitable[None] | None]) -> None:
+        """`step` every `interval_s` for as long as the broker runs. A failure (a full disk, no
+        descriptor left) is counted and logged once per interval, and the step is tried again
+        after a pause that doubles up to MAX_BACKOFF_S, until it works again."""
+        failures = 0
         while True:
-            await asyncio.sleep(interval_s)
-            if self._flushes.dirty:
-                self._flushes.request()
-            await loop.run_in_executor(self._fsync_threads, self.logs.write_recovery_checkpoint)
+            await asyncio.sleep(min(interval_s * 2**failures, max(interval_s, MAX_BACKOFF_S)))
+            try:
+                stepped = step()
+                if stepped is not None:
+                    await stepped
+            except Exception as error:
+                failures += 1
+                self.metrics.storage_error(what)
+                _repeated.error("%s failed (%s); trying again", what, error)
+                continue
+            if failures:
+                log.warning("%s works again after %d failed attempts", what, failures)
+            failures = 0
 
-    async def _housekeeping(self) -> None:
+    def _background_tasks(self) -> list[asyncio.Task[None]]:
+        config = self.config
         loop = asyncio.get_running_loop()
-        snapshot_interval_s = self.config.get_int("producer.snapshot.interval.ms") / 1000
-        next_snapshot = time.monotonic() + snapshot_interval_s
-        retention_interval_s = self.config.get_int("log.retention.check.interval.ms") / 1000
-        expiry_interval_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
-        next_retention = time.monotonic() + retention_interval_s
-        next_expiry = time.monotonic() + expiry_interval_s
-        while True:
-            await asyncio.sleep(max(0.05, min(next_retention, next_expiry, next_snapshot) - time.monotonic()))
-            if time.monotonic() >= next_snapshot:
-                writers = [partition.producer_snapshot_writer() for _, _, partition in self.logs.partitions()]
-                await loop.run_in_executor(self._fsync_threads, _run_each, [w for w in writers if w])
-                next_snapshot = time.monotonic() + snapshot_interval_s
-            if time.monotonic() >= next_retention:
-                self.logs.apply_retention(now_ms())
-                next_retention = time.monotonic() + retention_interval_s
-            if time.monotonic() >= next_expiry:
-                for _, _, partition in self.logs.partitions():
-                    partition.producer_state.remove_expired(
-                        now_ms(), partition.config.producer_id_expiration_ms
-                    )
-                next_expiry = time.monotonic() + expiry_interval_s
+        every = {
+            # acks=0/1 data nobody waits for is flushed every log.flush.interval.ms.
+            "flushing": (max(config.log_config.flush_interval_ms, 10) / 1000, self._write_behind),
+            "the recovery checkpoint": (
+                max(config.log_config.flush_interval_ms, 10) / 1000,
+                lambda: loop.run_in_executor(self._fsync_threads, self.logs.write_recovery_checkpoint),
+            ),
+            "producer snapshots": (config.get_int("producer.snapshot.interval.ms") / 1000, self._snapshots),
+            "retention": (
+                config.get_int("log.retention.check.interval.ms") / 1000,
+                lambda: self.logs.apply_retention(now_ms()),
+            ),
+            "producer expiry": (
+                config.get_int("producer.id.expiration.check.interval.ms") / 1000,
+                self._expire_producers,
+            ),
+            "the transaction sweep": (
+                config.get_int("transaction.abort.timed.out.transaction.cleanup.interval.ms") / 1000,
+                self._sweep_transactions,
+            ),
+        }
+        if config.get_bool("log.cleaner.enable"):
+            every["the log cleaner"] = (config.get_int("log.cleaner.backoff.ms") / 1000, self._clean_logs)
+        if self.cluster is not None:
+            every["shrinking ISRs"] = (config.get_int("replica.lag.time.max.ms") / 2000, self._shrink_isrs)
+        return [
+            asyncio.create_task(self._every(what, interval_s, step), name=what)
+            for what, (interval_s, step) in every.items()
+        ]
 
-    async def _log_cleaner(self) -> None:
+    def _write_behind(self) -> None:
+        if self._flushes.dirty:
+            self._flushes.request()
+
+    async def _snapshots(self) -> None:
+        """Producer state snapshots besides those at segment rolls: they bound the replay after a crash."""
+        writers = [partition.producer_snapshot_writer() for _, _, partition in self.logs.partitions()]
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._fsync_threads, _run_each, [w for w in writers if w])
+
+    def _expire_producers(self) -> None:
+        for _, _, partition in self.logs.partitions():
+            partition.producer_state.remove_expired(now_ms(), partition.config.producer_id_expiration_ms)
+
+    async def _clean_logs(self) -> None:
         """Compact the logs of `cleanup.policy=compact` topics, one partition at a time, every
         log.cleaner.backoff.ms (Kafka's cleaner sleeps that long when it finds nothing to do)."""
-        backoff_s = self.config.get_int("log.cleaner.backoff.ms") / 1000
-        while True:
-            await asyncio.sleep(backoff_s)
-            for topic, index, partition in self.logs.partitions():
-                await self._clean(topic, index, partition)
+        for topic, index, partition in self.logs.partitions():
+            await self._clean(topic, index, partition)
 
     async def _clean(self, topic: str, index: int, partition: PartitionLog) -> None:
         """Clean one partition if it is due, below its high watermark: the writing on the

@@ -150,7 +150,11 @@ class PartitionLog:
             # A truncation since the capture took the state's end away: it would describe a
             # log that no longer exists once the log grows past its offset again.
             if truncations == self._truncations:
-                write_snapshot(self.directory, offset, data)
+                try:
+                    write_snapshot(self.directory, offset, data)
+                except OSError:
+                    self._last_snapshot_offset = -1  # the next round takes one again
+                    raise
 
         return write
 
