@@ -30,6 +30,7 @@ from onceflow.log.producer_state import (
     list_snapshots,
     write_snapshot,
 )
+from onceflow.log.roll import rolls_by_time
 from onceflow.log.segment import MAX_RELATIVE_OFFSET, NOTHING_FETCHED, FetchedBatches, LogSegment
 from onceflow.log.transaction_index import AbortedTransaction, aborted_entry
 
@@ -207,6 +208,7 @@ class PartitionLog:
         if active.size and (
             active.size + len(records) > self.config.segment_bytes
             or last_offset - active.base_offset > MAX_RELATIVE_OFFSET
+            or rolls_by_time(active, self.config, headers, now_ms)
         ):
             active = self._roll()
         try:
