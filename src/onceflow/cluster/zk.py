@@ -104,10 +104,16 @@ class ZooKeeperCluster:
     async def join(self, host: str, port: int) -> None:
         """Register this broker (an ephemeral /brokers/ids/N) and wait for the first view."""
         self._loop = asyncio.get_running_loop()
-        try:
-            await asyncio.to_thread(self._client.start, self._timeout_s)
-        except KazooTimeoutError as error:
-            raise ClusterError(f"cannot reach ZooKeeper at {self.connect}") from error
+        # kazoo warns of every failed attempt to connect; an unreachable ZooKeeper is one line.
+        with _KazooWarnings() as warnings:
+            try:
+                await asyncio.to_thread(self._client.start, self._timeout_s)
+            except KazooTimeoutError as error:
+                await asyncio.to_thread(self._close)
+                why = f" ({warnings.last})" if warnings.last else ""
+                raise ClusterError(
+                    f"cannot reach ZooKeeper at {self.connect} within {self._timeout_s:g} s{why}"
+                ) from error
         self._registration = BrokerRegistration(self.broker_id, host, port)
         try:
             # A killed broker's session, and its registration, last a session timeout (ZooKeeper
@@ -196,7 +202,7 @@ class ZooKeeperCluster:
             try:
                 view, again = await asyncio.to_thread(self._read_and_act)
             except (KazooException, KazooTimeoutError, ClusterError) as error:
-                log.warning("reading the cluster's znodes failed (%s); trying again", error)
+                log.warning("reading the cluster's znodes failed (%s); trying again", reason(error))
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
                 self._changed.set()
                 continue
@@ -349,7 +355,7 @@ class ZooKeeperCluster:
             transaction.set_data(path, write.state.encode(), version=write.expected_version)
         failures = [result for result in transaction.commit() if isinstance(result, Exception)]
         if failures:
-            log.warning("writing %s failed (%s); reading the cluster again", path, failures[0])
+            log.warning("writing %s failed (%s); reading the cluster again", path, reason(failures[0]))
             return False
         log.info("%s-%d: %s", write.topic, write.partition, write.state)
         return True
@@ -368,7 +374,7 @@ class ZooKeeperCluster:
         try:
             await asyncio.to_thread(self._client.set, path, new_state.encode(), version)
         except (KazooException, KazooTimeoutError) as error:
-            log.warning("changing the ISR of %s-%d failed (%s)", topic, partition, error)
+            log.warning("changing the ISR of %s-%d failed (%s)", topic, partition, reason(error))
             return False
         return True
 
@@ -602,6 +608,40 @@ def _read_controller(client: KazooClient) -> tuple[int, int]:
         return controller_id, int(client.get(CONTROLLER_EPOCH)[0])
     except NoNodeError:
         return controller_id, 0
+
+
+def reason(error: BaseException) -> str:
+    """What an error says, for a log line: kazoo's errors mostly carry no message."""
+    if isinstance(error, BadVersionError):
+        return "the znode changed since this broker read it"
+    if isinstance(error, NoNodeError):
+        return "the znode is gone"
+    return str(error) or type(error).__name__
+
+
+class _KazooWarnings(logging.Handler):
+    """While in use, kazoo's log records are kept instead of printed; `last` is the last
+    warning's reason (its message after "Connection dropped: ")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last = ""
+        self._logger = logging.getLogger("kazoo")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Connection dropped: "):
+            self.last = message.removeprefix("Connection dropped: ")
+
+    def __enter__(self) -> _KazooWarnings:
+        self._propagate = self._logger.propagate
+        self._logger.addHandler(self)
+        self._logger.propagate = False
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._logger.removeHandler(self)
+        self._logger.propagate = self._propagate
 
 
 def _setter(event: threading.Event) -> Callable[[Any], None]:
