@@ -39,7 +39,7 @@ def add_admin_commands(commands: argparse._SubParsersAction[Any]) -> None:
     topics.register(commands, common)
     groups.register(commands, common)
     transactions.register(commands, common)
-    cluster.register(commands)
+    cluster.register(commands, common)
 
 
 def run_admin_command(args: argparse.Namespace) -> int:
