@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import ElectionType, KafkaError, TopicPartition
+from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 
 from onceflow.admin import confluent
-from onceflow.admin.confluent import kafka_error_text
+from onceflow.admin.client import parse_address
 from onceflow.admin.errors import AdminError, UsageError
 from onceflow.admin.render import Column, Report, Table
 from onceflow.cluster.errors import ClusterError
@@ -45,6 +45,15 @@ def register(commands: argparse._SubParsersAction[Any], common: argparse.Argumen
     run.add_argument(
         "--data-dir", type=Path, required=True, help="broker-N/ and broker-N.log per broker, zookeeper/"
     )
+    run.add_argument(
+        "--metrics",
+        type=_metrics_address,
+        metavar="HOST:PORT",
+        help="broker N serves Prometheus metrics on PORT + N - 1 (PORT 0: each a free port)",
+    )
+    run.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config key for every broker"
+    )
     run.set_defaults(foreground=run_cluster_command)
     elect = actions.add_parser(
         "elect-leaders", parents=[common], help="move leadership to preferred replicas, or elect unclean"
@@ -58,14 +67,25 @@ def register(commands: argparse._SubParsersAction[Any], common: argparse.Argumen
 
 def run_cluster_command(args: argparse.Namespace) -> int:
     """Runs until SIGTERM or Ctrl-C; errors are one line on stderr (exit 2: bad input)."""
-    from onceflow.cluster.launcher import LaunchError, run_cluster
+    from onceflow.cluster.launcher import BrokerOptions, LaunchError, run_cluster
 
     try:
         require("onceflow cluster run", "kazoo", "cluster", ("kazoo",))
-        return run_cluster(args.brokers, args.data_dir, lambda line: print(line, flush=True))
+        options = BrokerOptions(args.metrics, args.set)
+        return run_cluster(args.brokers, args.data_dir, lambda line: print(line, flush=True), options)
     except (LaunchError, MissingExtraError) as error:
         print(f"onceflow cluster run: {error}", file=sys.stderr)
         return error.exit_code if isinstance(error, LaunchError) else 1
+
+
+def _metrics_address(text: str) -> tuple[str, int]:
+    try:
+        host, port = parse_address(text)
+    except AdminError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"no port {port}")
+    return host, port
 
 
 def elect_leaders(args: argparse.Namespace) -> Report:
@@ -79,17 +99,19 @@ def elect_leaders(args: argparse.Namespace) -> Report:
         numbers = args.partition or range(confluent.partition_count(admin, args.topic, args.timeout))
         partitions = [TopicPartition(args.topic, number) for number in dict.fromkeys(numbers)]
     election = ElectionType.PREFERRED if args.election == "preferred" else ElectionType.UNCLEAN
-    future = admin.elect_leaders(election, partitions, request_timeout=args.timeout)
+    # No timeout arguments: confluent-kafka 2.16's elect_leaders raises SystemError on them.
+    future = admin.elect_leaders(election, partitions)
     results = confluent.wait(future, f"elect leaders ({args.election})", args.timeout, topic=args.topic)
     rows, failed = [], []
     for key, error in sorted(results.items(), key=lambda item: (item[0].topic, item[0].partition)):
-        detail = error.args[0] if error is not None and error.args else error
+        detail = error.args[0] if isinstance(error, KafkaException) and error.args else error
         if detail is None:
             outcome = "elected"
         elif isinstance(detail, KafkaError) and detail.code() == KafkaError.ELECTION_NOT_NEEDED:
             outcome = "no election needed"
         else:
-            failed.append(f"{key.topic}-{key.partition}: {kafka_error_text(error)}")
+            text = detail.str() if isinstance(detail, KafkaError) else str(detail)
+            failed.append(f"{key.topic}-{key.partition}: {text}")
             continue
         rows.append({"topic": key.topic, "partition": key.partition, "outcome": outcome})
     if failed:
