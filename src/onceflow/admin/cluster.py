@@ -93,7 +93,7 @@ def elect_leaders(args: argparse.Namespace) -> Report:
     the command (exit 1) with one line naming each such partition and why."""
     if args.all == (args.topic is not None) or (args.partition and args.topic is None):
         raise UsageError("give --topic T [--partition P ...], or --all")
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     partitions = None
     if args.topic is not None:
         numbers = args.partition or range(confluent.partition_count(admin, args.topic, args.timeout))

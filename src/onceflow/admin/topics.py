@@ -115,7 +115,7 @@ def _assignments(option: str, assignments: list[str]) -> dict[str, str]:
 
 def create_topic(args: argparse.Namespace) -> Report:
     configs = _assignments("--config", args.config)
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     new_topic = NewTopic(
         args.topic,
         num_partitions=args.partitions,
@@ -141,7 +141,7 @@ def describe_topics(args: argparse.Namespace) -> Report:
     names = list(dict.fromkeys(args.topics))
     with Cluster(args.bootstrap, args.timeout) as cluster:
         described = cluster.describe(names)  # AdminError for an unknown topic
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     led = [(p.topic, p.partition) for p in described if p.leader >= 0]
     offsets = {
         position: confluent.offsets(admin, led, position, args.timeout)
@@ -210,7 +210,7 @@ def _own_configs(admin: Any, topics: list[str], timeout_s: float) -> dict[str, d
 
 
 def delete_topics(args: argparse.Namespace) -> Report:
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     names = list(dict.fromkeys(args.topics))
     futures = admin.delete_topics(names, request_timeout=args.timeout, operation_timeout=args.timeout)
     for name in names:
@@ -232,7 +232,7 @@ def alter_config(args: argparse.Namespace) -> Report:
         ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
         for key in dict.fromkeys(args.delete)
     ]
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     resource = ConfigResource(ResourceType.TOPIC, args.topic, incremental_configs=entries)
     futures = admin.incremental_alter_configs([resource], request_timeout=args.timeout)
     confluent.wait(futures[resource], f"alter the configs of {args.topic!r}", args.timeout, topic=args.topic)
@@ -269,7 +269,7 @@ def delete_records_before(args: argparse.Namespace) -> Report:
     with Cluster(args.bootstrap, args.timeout) as cluster:
         every = [p.partition for p in cluster.partitions([args.topic])]  # AdminError when unknown
     partitions = list(dict.fromkeys(args.partition)) or every
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     wanted = [TopicPartition(args.topic, partition, args.before) for partition in partitions]
     futures = admin.delete_records(wanted, request_timeout=args.timeout, operation_timeout=args.timeout)
     rows = []

@@ -16,6 +16,7 @@ from onceflow.broker.config_keys import (
 )
 from onceflow.log.config import LogConfig
 from onceflow.log.config_checks import ConfigType
+from onceflow.properties import PropertiesError, read_properties
 
 # The applied broker keys and their defaults (Kafka's, but where config_keys.py says otherwise).
 DEFAULTS: dict[str, str] = {
@@ -28,22 +29,6 @@ _BOOLEANS = {"true": True, "false": False}
 
 class ConfigError(ValueError):
     """A configuration key or value that the broker cannot use."""
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java-style `key=value` lines; `#` and `!` start comments."""
-    props: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            key, sep, value = line.partition(":")
-        if not sep:
-            raise ConfigError(f"line {number}: expected key=value, got {raw!r}")
-        props[key.strip()] = value.strip()
-    return props
 
 
 def parse_assignments(pairs: Iterable[str]) -> dict[str, str]:
@@ -91,9 +76,9 @@ class BrokerConfig:
         props: dict[str, str] = {}
         if file is not None:
             try:
-                props.update(parse_properties(file.read_text()))
-            except OSError as error:
-                raise ConfigError(f"cannot read config file {file}: {error.strerror}") from error
+                props.update(read_properties(file))
+            except PropertiesError as error:
+                raise ConfigError(str(error)) from None
         props.update(overrides or {})
         return cls(props)
 
