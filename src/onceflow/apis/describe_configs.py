@@ -41,7 +41,10 @@ def _describe(request: Request, resource: Any) -> dict[str, Any]:
         info = broker.logs.topics.get(name)
         if broker.cluster is not None and name in broker.cluster.view.topics:
             own = broker.cluster.view.topic_configs.get(name, {})
-            effective = LogConfig.from_kafka(own, broker.logs.broker_config)  # checked when written
+            try:
+                effective = LogConfig.from_kafka(own, broker.logs.broker_config)
+            except ValueError as error:  # a znode not written by a broker, which checks them
+                return {**result, "error_code": ErrorCode.invalid_config, "error_message": str(error)}
         elif info is not None:
             own, effective = info.configs, broker.logs.topic_config(name)
         else:

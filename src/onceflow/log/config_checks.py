@@ -67,13 +67,8 @@ def value_problem(
     return None
 
 
-def closest_key(name: str, known: Iterable[str]) -> str | None:
-    """The known key `name` most likely misspells, if one is close enough."""
-    found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
-    return found[0] if found else None
-
-
 def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """ " (did you mean KEY?)" after an unknown key's message, or nothing."""
-    suggestion = closest_key(name, known)
-    return f" (did you mean {suggestion}?)" if suggestion else ""
+    """What follows an unknown key's message: the known key it most likely misspells, if one
+    is close enough, else nothing."""
+    found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return f" (did you mean {found[0]}?)" if found else ""
