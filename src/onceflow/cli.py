@@ -20,19 +20,20 @@ sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]  # None blo
 from onceflow import __version__  # noqa: E402
 from onceflow.admin.commands import COMMANDS as ADMIN_COMMANDS  # noqa: E402
 from onceflow.admin.commands import add_admin_commands, run_admin_command  # noqa: E402
-from onceflow.arguments import output_directory  # noqa: E402
+from onceflow.arguments import CommandParser, output_directory  # noqa: E402
 from onceflow.broker.config import BrokerConfig, ConfigError, parse_assignments  # noqa: E402
 from onceflow.extras import MissingExtraError  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="onceflow", description="Exactly-once streaming in Python.")
+    parser = CommandParser(prog="onceflow", description="Exactly-once streaming in Python.")
     parser.add_argument("--version", action="version", version=f"onceflow {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     broker = commands.add_parser("broker", help="run a Kafka-protocol broker in the foreground")
     broker.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT (port 0 picks a free one)")
-    broker.add_argument("--data-dir", required=True, type=Path)
+    # Checked after parsing, so that an unknown flag is named before a missing --data-dir.
+    broker.add_argument("--data-dir", type=Path, help="where the logs live (required)")
     broker.add_argument("--config", type=Path, help="a Kafka-style .properties file")
     broker.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key"
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     add_admin_commands(commands)
 
     args = parser.parse_args(argv)
+    if args.command == "broker" and args.data_dir is None:
+        broker.error("the following arguments are required: --data-dir")
     if hasattr(args, "foreground"):  # `cluster run`: a long-running command, not a report
         exit_code: int = args.foreground(args)
         return exit_code
@@ -136,6 +139,8 @@ def _run_broker(args: argparse.Namespace) -> int:
     if args.broker_id is not None:
         overrides["node.id"] = str(args.broker_id)
     config = BrokerConfig.load(args.config, overrides)
+    for warning in config.without_effect():
+        logging.getLogger("onceflow.broker").warning("%s", warning)
     _raise_open_file_limit()
 
     async def serve() -> None:

@@ -118,6 +118,10 @@ def test_incremental_operations_and_errors(broker: EmbeddedBroker) -> None:
     assert _described(admin, "ops")["cleanup.policy"] == ("delete,compact", DYNAMIC)
     # Applied to the live partition: a compacted topic refuses records without a key.
     assert _produce(broker.bootstrap_servers, "ops", 10) == KafkaError.INVALID_RECORD
+    # Subtracted down to nothing, as Kafka allows: neither compacted nor deleted, keys optional.
+    _incremental(admin, "ops", ("cleanup.policy", "delete,compact", SUBTRACT))
+    assert _described(admin, "ops")["cleanup.policy"] == ("", DYNAMIC)
+    assert _produce(broker.bootstrap_servers, "ops", 10) is None
 
     invalid_config = KafkaError.INVALID_CONFIG
     assert _error(_incremental, admin, "ops", ("retention.ms", "1", APPEND)) == invalid_config

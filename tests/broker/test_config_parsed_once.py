@@ -10,7 +10,7 @@ from onceflow.log.config import LogConfig
 
 def test_typed_values_are_read_without_parsing_again(monkeypatch: pytest.MonkeyPatch) -> None:
     config = BrokerConfig(
-        {"fetch.max.bytes": "1000", "log.segment.bytes": "5000", "log.cleaner.enable": "false"}
+        {"fetch.max.bytes": "2000", "log.segment.bytes": "5000", "log.cleaner.enable": "false"}
     )
 
     def no_parsing(*args: object, **kwargs: object) -> LogConfig:
@@ -18,8 +18,8 @@ def test_typed_values_are_read_without_parsing_again(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(LogConfig, "from_kafka", no_parsing)
     assert config.log_config.segment_bytes == 5000
-    assert config.fetch_max_bytes == 1000
-    assert config.get_int("fetch.max.bytes") == 1000
+    assert config.fetch_max_bytes == 2000
+    assert config.get_int("fetch.max.bytes") == 2000
     assert config.get_bool("log.cleaner.enable") is False
     assert config.get_int("num.partitions") == int(DEFAULTS["num.partitions"])
 

@@ -131,9 +131,23 @@ def test_metrics_follow_producers_transactions_and_groups(
     assert value(samples, "kafka_consumergroup_current_offset", **group) == COMMITTED
     assert value(samples, "kafka_consumergroup_lag", **group) == produced - COMMITTED
 
-    # topics: payments, __consumer_offsets, __transaction_state
+    # topics: payments, __consumer_offsets, __transaction_state; a single broker leads them all
     assert value(samples, "kafka_server_replicamanager_partition_count") == 3
+    assert value(samples, "kafka_server_replicamanager_leader_count") == 3
     assert ("kafka_server_replicamanager_under_replicated_partitions", frozenset()) in samples
+    assert value(samples, "kafka_server_replicamanager_under_min_isr_partition_count") == 0
+    assert value(samples, "kafka_controller_kafkacontroller_active_controller_count") == 1
+    assert value(samples, "kafka_controller_kafkacontroller_offline_partitions_count") == 0
+    partition = {"topic": TOPIC, "partition": "0"}
+    assert value(samples, "kafka_log_log_log_end_offset", **partition) == produced
+    assert value(samples, "onceflow_partition_high_watermark", **partition) == produced
+    assert value(samples, "onceflow_partition_last_stable_offset", **partition) == IDEMPOTENT_RECORDS
+    assert value(samples, "kafka_log_log_size", **partition) > produced * len(VALUE)
+    groups = "kafka_coordinator_group_groupmetadatamanager_num_groups"
+    assert value(samples, groups, state="Stable") == 1
+    assert value(samples, "kafka_coordinator_group_groupmetadatamanager_num_offsets") == 1
+    assert value(samples, "onceflow_transactional_ids", state="Ongoing") == 1
+    assert ("onceflow_coordinator_load_seconds", frozenset({("coordinator", "group")})) in samples
 
     transactional.commit_transaction(30)
     samples = scrape(url)

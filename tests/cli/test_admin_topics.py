@@ -52,6 +52,9 @@ def test_create_list_describe_delete(broker: EmbeddedBroker) -> None:
     }
     assert offsets == {0: (0, 0, 0), 1: (0, 5, 5), 2: (0, 0, 0)}
     assert topic["partitions"][0]["leader"] == 0
+    assert (topic["partitions"][0]["leader_epoch"], topic["partitions"][0]["isr"]) == (0, [0])
+    assert topic["configs"] == {"retention.ms": "3600000"}  # its own, not the defaults
+    assert "configs: retention.ms=3600000" in described
 
     assert "deleted topic 'defaulted'" in admin(broker, "topics", "delete", "defaulted")
     assert "defaulted" not in {row["topic"] for row in admin_json(broker, "topics", "list")}

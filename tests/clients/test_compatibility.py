@@ -151,7 +151,8 @@ def test_metadata_reports_every_operation_as_allowed_when_asked(broker: Embedded
         ({"preallocate": "maybe"}, "either true or false"),
         ({"min.cleanable.dirty.ratio": "1.5"}, "no more than 1"),
         ({"message.timestamp.type": "LogAppendTime"}, "does not support LogAppendTime"),
-        ({"segment.ms": "60000"}, "rolls segments by size only"),
+        ({"segment.ms": "0"}, "Value must be at least 1"),
+        ({"retention.msec": "1"}, "did you mean retention.ms?"),
     ],
 )
 def test_create_topics_refuses_configs_it_does_not_know_or_apply(
@@ -175,6 +176,8 @@ def test_create_topics_accepts_the_keys_it_applies_and_kafkas_defaults(broker: E
         "message.timestamp.type": "CreateTime",
         "unclean.leader.election.enable": "true",
         "min.cleanable.dirty.ratio": "0.1",
+        "segment.ms": "60000",
+        "segment.jitter.ms": "1000",
     }
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
     admin.create_topics([NewTopic("accepted", 1, 1, config=config)])["accepted"].result(timeout=30)

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from onceflow.cluster.controller import (
     CREATE,
     ControllerStateMachine,
+    Election,
+    ElectionRefused,
     ReplicationFactorError,
     StateWrite,
     assign_replicas,
@@ -170,3 +172,34 @@ def test_a_malformed_assignment_is_refused() -> None:
         TopicAssignment.decode(b'{"topic_id": "nope", "partitions": {"0": [1]}}')
     with pytest.raises(ValueError):
         TopicAssignment.decode(f'{{"topic_id": "{uuid.uuid4()}", "partitions": {{"1": [1]}}}}'.encode())
+
+
+@pytest.mark.parametrize(
+    ("current", "live", "election", "expected"),
+    [
+        # Preferred: leadership goes back to the first replica once it is live and in the ISR.
+        (PartitionState(2, 4, (2, 1), 9), {1, 2}, Election.PREFERRED, PartitionState(1, 5, (2, 1), 9)),
+        (PartitionState(1, 4, (1, 2), 9), {1, 2}, Election.PREFERRED, ElectionRefused.NOT_NEEDED),
+        (PartitionState(2, 4, (2,), 9), {1, 2}, Election.PREFERRED, ElectionRefused.PREFERRED_NOT_AVAILABLE),
+        (PartitionState(2, 4, (2, 1), 9), {2}, Election.PREFERRED, ElectionRefused.PREFERRED_NOT_AVAILABLE),
+        # A preferred leader whose broker died is no leader: electing it again is needed.
+        (PartitionState(1, 4, (1, 2), 9), {2}, Election.PREFERRED, ElectionRefused.PREFERRED_NOT_AVAILABLE),
+        # Unclean: only for a partition without a live leader; the ISR first, else any live replica.
+        (PartitionState(2, 4, (2, 3), 9), {1, 2, 3}, Election.UNCLEAN, ElectionRefused.NOT_NEEDED),
+        (PartitionState(-1, 4, (3,), 9), {1, 3}, Election.UNCLEAN, PartitionState(3, 5, (3,), 9)),
+        (PartitionState(-1, 4, (3,), 9), {2}, Election.UNCLEAN, PartitionState(2, 5, (2,), 9)),
+        (PartitionState(-1, 4, (3,), 9), set(), Election.UNCLEAN, ElectionRefused.NO_ELIGIBLE_LEADER),
+    ],
+)
+def test_elections_asked_for(
+    current: PartitionState, live: set[int], election: Election, expected: PartitionState | ElectionRefused
+) -> None:
+    machine = ControllerStateMachine(9, live, {"t": [(1, 2, 3)]}, {("t", 0): (current, 7)}, lambda _: False)
+    writes, outcomes = machine.elect([("t", 0), ("t", 1), ("u", 0)], election)
+    assert outcomes[("t", 1)] == outcomes[("u", 0)] == ElectionRefused.UNKNOWN_PARTITION
+    if isinstance(expected, ElectionRefused):
+        assert (writes, outcomes[("t", 0)]) == ([], expected)
+    else:
+        assert writes == [StateWrite("t", 0, expected, 7)]  # a compare-and-set on the version read
+        assert outcomes[("t", 0)] == expected.leader
+        assert machine.states[("t", 0)] == (expected, 8)

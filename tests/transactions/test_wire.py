@@ -4,6 +4,7 @@ the LSO seen through ListOffsets and Fetch."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -161,3 +162,90 @@ def test_write_txn_markers_ends_the_open_transaction_on_its_partitions(client: W
     # Not on a topic that does not exist, nor on a coordinator's own log.
     for elsewhere in ("missing", "__transaction_state"):
         assert _markers(client, elsewhere, pid, 0, commit=True) == ErrorCode.unknown_topic_or_partition
+
+
+def _batched_add(client: WireClient, version: int, *transactions: dict[str, object]) -> dict[str, ErrorCode]:
+    """AddPartitionsToTxn v4+: each transaction's error for partition 0 of TOPIC, by id."""
+    response = client.request(
+        24,
+        version,
+        transactions=[{"topics": [{"name": TOPIC, "partitions": [0]}], **txn} for txn in transactions],
+    )
+    assert response.error_code == ErrorCode.none
+    return {
+        str(result.transactional_id): ErrorCode(
+            result.topic_results[0].results_by_partition[0].partition_error_code
+        )
+        for result in response.results_by_transaction
+    }
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_the_batched_form_adds_or_only_verifies_each_transaction(client: WireClient, version: int) -> None:
+    """KIP-890's broker-side form, which Kafka 4.x serves: verify_only asks, and writes nothing."""
+    first, second = (client.init_producer_id(name) for name in (f"a{version}", f"b{version}"))
+
+    def txn(name: str, session: Any, verify_only: bool, epoch: int | None = None) -> dict[str, object]:
+        return {
+            "transactional_id": name,
+            "producer_id": session.producer_id,
+            "producer_epoch": session.producer_epoch if epoch is None else epoch,
+            "verify_only": verify_only,
+        }
+
+    a, b = f"a{version}", f"b{version}"
+    # Not yet in a transaction: verification says so (TRANSACTION_ABORTABLE) and adds nothing.
+    assert _batched_add(client, version, txn(a, first, True)) == {a: ErrorCode.transaction_abortable}
+    assert _batched_add(client, version, txn(a, first, True)) == {a: ErrorCode.transaction_abortable}
+    # One request adds a's partition and checks b's stale epoch.
+    assert _batched_add(client, version, txn(a, first, False), txn(b, second, True, epoch=7)) == {
+        a: ErrorCode.none,
+        b: ErrorCode.producer_fenced,
+    }
+    assert _batched_add(client, version, txn(a, first, True)) == {a: ErrorCode.none}
+    # The partition really joined a's transaction: its transactional batch is taken.
+    batch = _txn_batch(first.producer_id, first.producer_epoch, 0, b"in a")
+    assert produce(client, TOPIC, 0, batch).error_code == ErrorCode.none
+    ended = client.request(
+        26,
+        5,
+        transactional_id=a,
+        producer_id=first.producer_id,
+        producer_epoch=first.producer_epoch,
+        committed=True,
+    )
+    assert (ended.error_code, ended.producer_id, ended.producer_epoch) == (
+        ErrorCode.none,
+        first.producer_id,
+        first.producer_epoch,  # transaction version 1: the epoch stays
+    )
+    refused = client.request(
+        26, 5, transactional_id=a, producer_id=first.producer_id, producer_epoch=99, committed=True
+    )
+    assert (refused.error_code, refused.producer_id, refused.producer_epoch) == (
+        ErrorCode.producer_fenced,
+        -1,
+        -1,
+    )
+
+
+def test_list_transactions_v2_filters_by_a_pattern_of_the_whole_id(client: WireClient) -> None:
+    for name in ("orders-1", "orders-2", "payments-1"):
+        client.init_producer_id(name)
+
+    def listed(pattern: str | None) -> tuple[ErrorCode, list[str]]:
+        response = client.request(
+            66,
+            2,
+            state_filters=[],
+            producer_id_filters=[],
+            duration_filter=-1,
+            transactional_id_pattern=pattern,
+        )
+        names = sorted(str(state.transactional_id) for state in response.transaction_states)
+        return ErrorCode(response.error_code), names
+
+    assert listed("orders-.*") == (ErrorCode.none, ["orders-1", "orders-2"])
+    assert listed("orders") == (ErrorCode.none, [])  # the whole id must match
+    assert listed(None) == (ErrorCode.none, ["orders-1", "orders-2", "payments-1"])
+    assert listed("orders-(") == (ErrorCode.invalid_regular_expression, [])

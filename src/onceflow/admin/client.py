@@ -16,6 +16,7 @@ import io
 import socket
 import struct
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -70,6 +71,22 @@ class TopicPartitionLeader:
     partition: int
     leader: int
     internal: bool
+
+
+@dataclass(frozen=True)
+class PartitionMetadata:
+    """A partition as Metadata describes it: its leader (-1 while it has none: offline, or
+    elected a moment ago), the leader's epoch, its replicas, ISR and replicas on dead brokers."""
+
+    topic: str
+    topic_id: uuid.UUID | None
+    internal: bool
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -226,6 +243,12 @@ class Cluster:
 
     def partitions(self, topics: Iterable[str] | None = None) -> list[TopicPartitionLeader]:
         """The partitions of `topics` (all topics when None) with their leaders."""
+        return [
+            TopicPartitionLeader(p.topic, p.partition, p.leader, p.internal) for p in self.describe(topics)
+        ]
+
+    def describe(self, topics: Iterable[str] | None = None) -> list[PartitionMetadata]:
+        """The partitions of `topics` (all topics when None) as Metadata describes them."""
         names = None if topics is None else sorted(set(topics))
         response = self._bootstrap.call(
             METADATA,
@@ -244,7 +267,17 @@ class Cluster:
                 raise AdminError(f"topic {topic.name!r}: {error_name(topic.error_code)}")
             internal = bool(topic.is_internal) or str(topic.name).startswith("__")
             found += [
-                TopicPartitionLeader(str(topic.name), int(p.partition_index), int(p.leader_id), internal)
+                PartitionMetadata(
+                    topic=str(topic.name),
+                    topic_id=topic.topic_id,
+                    internal=internal,
+                    partition=int(p.partition_index),
+                    leader=int(p.leader_id),
+                    leader_epoch=int(p.leader_epoch),
+                    replicas=tuple(int(node) for node in p.replica_nodes),
+                    isr=tuple(int(node) for node in p.isr_nodes),
+                    offline_replicas=tuple(int(node) for node in p.offline_replicas),
+                )
                 for p in topic.partitions
             ]
         return sorted(found, key=lambda p: (p.topic, p.partition))

@@ -1,6 +1,8 @@
 """`onceflow cluster status`: a cluster's brokers, controller, and under-replicated and offline
 partitions, read from its ZooKeeper (where Kafka's own tools of the ZooKeeper era looked too).
-`onceflow cluster run`: a local cluster in the foreground (`cluster.launcher`)."""
+`onceflow cluster run`: a local cluster in the foreground (`cluster.launcher`).
+`onceflow cluster elect-leaders`: preferred or unclean leader elections (ElectLeaders), as
+Kafka's kafka-leader-election.sh asks for them."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from onceflow.admin.errors import AdminError
+from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
+
+from onceflow.admin import confluent
+from onceflow.admin.client import parse_address
+from onceflow.admin.errors import AdminError, UsageError
 from onceflow.admin.render import Column, Report, Table
 from onceflow.cluster.errors import ClusterError
 from onceflow.cluster.status import ClusterStatus, PartitionHealth, cluster_status
@@ -18,7 +24,7 @@ from onceflow.cluster.znodes import NO_LEADER
 from onceflow.extras import MissingExtraError, require
 
 
-def register(commands: argparse._SubParsersAction[Any]) -> None:
+def register(commands: argparse._SubParsersAction[Any], common: argparse.ArgumentParser) -> None:
     cluster = commands.add_parser("cluster", help="a ZooKeeper-coordinated cluster of brokers")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     status = actions.add_parser(
@@ -39,19 +45,84 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     run.add_argument(
         "--data-dir", type=Path, required=True, help="broker-N/ and broker-N.log per broker, zookeeper/"
     )
+    run.add_argument(
+        "--metrics",
+        type=_metrics_address,
+        metavar="HOST:PORT",
+        help="broker N serves Prometheus metrics on PORT + N - 1 (PORT 0: each a free port)",
+    )
+    run.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config key for every broker"
+    )
     run.set_defaults(foreground=run_cluster_command)
+    elect = actions.add_parser(
+        "elect-leaders", parents=[common], help="move leadership to preferred replicas, or elect unclean"
+    )
+    elect.add_argument("--election", choices=("preferred", "unclean"), default="preferred")
+    elect.add_argument("--topic", help="the partitions of this topic (or --all)")
+    elect.add_argument("--partition", type=int, action="append", default=[], help="repeatable; with --topic")
+    elect.add_argument("--all", action="store_true", help="every partition of the cluster")
+    elect.set_defaults(run=elect_leaders)
 
 
 def run_cluster_command(args: argparse.Namespace) -> int:
     """Runs until SIGTERM or Ctrl-C; errors are one line on stderr (exit 2: bad input)."""
-    from onceflow.cluster.launcher import LaunchError, run_cluster
+    from onceflow.cluster.launcher import BrokerOptions, LaunchError, run_cluster
 
     try:
         require("onceflow cluster run", "kazoo", "cluster", ("kazoo",))
-        return run_cluster(args.brokers, args.data_dir, lambda line: print(line, flush=True))
+        options = BrokerOptions(args.metrics, args.set)
+        return run_cluster(args.brokers, args.data_dir, lambda line: print(line, flush=True), options)
     except (LaunchError, MissingExtraError) as error:
         print(f"onceflow cluster run: {error}", file=sys.stderr)
         return error.exit_code if isinstance(error, LaunchError) else 1
+
+
+def _metrics_address(text: str) -> tuple[str, int]:
+    try:
+        host, port = parse_address(text)
+    except AdminError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"no port {port}")
+    return host, port
+
+
+def elect_leaders(args: argparse.Namespace) -> Report:
+    """Elected partitions and those that needed no election are success; any other outcome fails
+    the command (exit 1) with one line naming each such partition and why."""
+    if args.all == (args.topic is not None) or (args.partition and args.topic is None):
+        raise UsageError("give --topic T [--partition P ...], or --all")
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
+    partitions = None
+    if args.topic is not None:
+        numbers = args.partition or range(confluent.partition_count(admin, args.topic, args.timeout))
+        partitions = [TopicPartition(args.topic, number) for number in dict.fromkeys(numbers)]
+    election = ElectionType.PREFERRED if args.election == "preferred" else ElectionType.UNCLEAN
+    # No timeout arguments: confluent-kafka 2.16's elect_leaders raises SystemError on them.
+    future = admin.elect_leaders(election, partitions)
+    results = confluent.wait(future, f"elect leaders ({args.election})", args.timeout, topic=args.topic)
+    rows, failed = [], []
+    for key, error in sorted(results.items(), key=lambda item: (item[0].topic, item[0].partition)):
+        detail = error.args[0] if isinstance(error, KafkaException) and error.args else error
+        if detail is None:
+            outcome = "elected"
+        elif isinstance(detail, KafkaError) and detail.code() == KafkaError.ELECTION_NOT_NEEDED:
+            outcome = "no election needed"
+        else:
+            text = detail.str() if isinstance(detail, KafkaError) else str(detail)
+            failed.append(f"{key.topic}-{key.partition}: {text}")
+            continue
+        rows.append({"topic": key.topic, "partition": key.partition, "outcome": outcome})
+    if failed:
+        raise AdminError(f"{len(failed)} partition(s) not elected: {'; '.join(failed)}")
+    columns = (
+        Column("topic", "topic"),
+        Column("partition", "partition", justify="right"),
+        Column("outcome", "outcome"),
+    )
+    note = f"{sum(row['outcome'] == 'elected' for row in rows)} partition(s) elected ({args.election})"
+    return Report(rows, [Table(columns, rows, empty="no partition needed an election")], [note])
 
 
 def show_status(args: argparse.Namespace) -> Report:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, Literal, TypeVar
 
@@ -15,15 +15,19 @@ from onceflow.admin.errors import AdminError
 T = TypeVar("T")
 
 
-def settings(bootstrap: str) -> dict[str, Any]:
-    """Client settings shared by the tools' confluent-kafka clients."""
+def settings(bootstrap: str, properties: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Client settings shared by the tools' confluent-kafka clients: `properties` (a
+    --command-config file's) over the tools' own, and --bootstrap over both, as Kafka's tools."""
     # librdkafka logs every failed connection attempt to stderr; the tools report errors themselves.
-    return {"bootstrap.servers": bootstrap, "log_level": 0}
+    return {"log_level": 0, **(properties or {}), "bootstrap.servers": bootstrap}
 
 
-def connect(bootstrap: str, timeout_s: float) -> AdminClient:
+def connect(bootstrap: str, timeout_s: float, properties: Mapping[str, str] | None = None) -> AdminClient:
     check_reachable(bootstrap, timeout_s)
-    return AdminClient(settings(bootstrap))
+    try:
+        return AdminClient(settings(bootstrap, properties))
+    except KafkaException as error:  # a bad --command-config key or value
+        raise AdminError(f"cannot configure the client: {kafka_error_text(error)}") from error
 
 
 def kafka_error_text(error: KafkaException) -> str:

@@ -77,7 +77,7 @@ def _state_name(state: Enum | None) -> str:
 
 
 def list_groups(args: argparse.Namespace) -> Report:
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     result = confluent.wait(
         admin.list_consumer_groups(request_timeout=args.timeout), "list consumer groups", args.timeout
     )
@@ -120,7 +120,7 @@ def _committed(admin: AdminClient, group: str, timeout_s: float) -> dict[tuple[s
 
 
 def describe_group(args: argparse.Namespace) -> Report:
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     description = _describe(admin, args.group, args.timeout)
     committed = _committed(admin, args.group, args.timeout)
     if description.state == ConsumerGroupState.DEAD and not description.members and not committed:
@@ -180,7 +180,7 @@ def describe_group(args: argparse.Namespace) -> Report:
 
 
 def reset_offsets(args: argparse.Namespace) -> Report:
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     description = _describe(admin, args.group, args.timeout)
     if description.members:
         raise AdminError(

@@ -7,7 +7,7 @@ import argparse
 from collections import Counter
 from typing import Any
 
-from confluent_kafka import TopicCollection, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -24,9 +24,11 @@ from onceflow.admin.render import Column, Report, Table
 
 _PARTITION_COLUMNS = (
     Column("partition", "partition", justify="right"),
-    Column("leader", "leader", justify="right"),
+    Column("leader", "leader", lambda leader: "none" if leader is None else str(leader), justify="right"),
+    Column("leader_epoch", "epoch", justify="right"),
     Column("replicas", "replicas"),
     Column("isr", "isr"),
+    Column("offline_replicas", "offline"),
     Column("start_offset", "start offset", justify="right"),
     Column("end_offset", "end offset", justify="right"),
     Column("last_stable_offset", "LSO", justify="right"),
@@ -113,7 +115,7 @@ def _assignments(option: str, assignments: list[str]) -> dict[str, str]:
 
 def create_topic(args: argparse.Namespace) -> Report:
     configs = _assignments("--config", args.config)
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     new_topic = NewTopic(
         args.topic,
         num_partitions=args.partitions,
@@ -133,50 +135,82 @@ def create_topic(args: argparse.Namespace) -> Report:
 
 
 def describe_topics(args: argparse.Namespace) -> Report:
-    admin = confluent.connect(args.bootstrap, args.timeout)
-    futures = admin.describe_topics(
-        TopicCollection(list(dict.fromkeys(args.topics))), request_timeout=args.timeout
-    )
-    descriptions = [
-        confluent.wait(future, f"describe topic {name!r}", args.timeout, topic=name)
-        for name, future in futures.items()
-    ]
-    partitions = [(d.name, p.id) for d in descriptions for p in d.partitions]
-    start = confluent.offsets(admin, partitions, "earliest", args.timeout)
-    end = confluent.offsets(admin, partitions, "latest", args.timeout)
-    stable = confluent.offsets(admin, partitions, "stable", args.timeout)
+    """Each topic's own configs and partitions: leader and its epoch, replicas, ISR, replicas on
+    dead brokers, and the offsets. An offline partition (no leader) is shown with leader none and
+    no offsets, not as a failure: its offsets can only be asked of a leader."""
+    names = list(dict.fromkeys(args.topics))
+    with Cluster(args.bootstrap, args.timeout) as cluster:
+        described = cluster.describe(names)  # AdminError for an unknown topic
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
+    led = [(p.topic, p.partition) for p in described if p.leader >= 0]
+    offsets = {
+        position: confluent.offsets(admin, led, position, args.timeout)
+        for position in ("earliest", "latest", "stable")
+    }
+    configs = _own_configs(admin, names, args.timeout)
     topics = []
-    for description in descriptions:
+    for name in names:
+        partitions = [p for p in described if p.topic == name]
         topics.append(
             {
-                "topic": description.name,
-                "topic_id": str(description.topic_id),
-                "internal": description.is_internal,
+                "topic": name,
+                "topic_id": str(partitions[0].topic_id) if partitions else None,
+                "internal": bool(partitions) and partitions[0].internal,
+                "configs": configs[name],
                 "partitions": [
                     {
-                        "partition": p.id,
-                        "leader": p.leader.id if p.leader is not None else None,
-                        "replicas": [node.id for node in p.replicas],
-                        "isr": [node.id for node in p.isr],
-                        "start_offset": start[description.name, p.id],
-                        "end_offset": end[description.name, p.id],
-                        "last_stable_offset": stable[description.name, p.id],
+                        "partition": p.partition,
+                        "leader": p.leader if p.leader >= 0 else None,
+                        "leader_epoch": p.leader_epoch,
+                        "replicas": list(p.replicas),
+                        "isr": list(p.isr),
+                        "offline_replicas": list(p.offline_replicas),
+                        "start_offset": offsets["earliest"].get((name, p.partition)),
+                        "end_offset": offsets["latest"].get((name, p.partition)),
+                        "last_stable_offset": offsets["stable"].get((name, p.partition)),
                     }
-                    for p in description.partitions
+                    for p in partitions
                 ],
             }
         )
     tables = [
         Table(
-            _PARTITION_COLUMNS, topic["partitions"], title=f"topic {topic['topic']} (id {topic['topic_id']})"
+            _PARTITION_COLUMNS,
+            topic["partitions"],
+            title=f"topic {topic['topic']} (id {topic['topic_id']}), configs: "
+            + (", ".join(f"{key}={value}" for key, value in topic["configs"].items()) or "none of its own"),
         )
         for topic in topics
     ]
-    return Report(topics, tables)
+    offline = [
+        f"{topic['topic']}-{row['partition']}"
+        for topic in topics
+        for row in topic["partitions"]
+        if row["leader"] is None
+    ]
+    notes = [f"offline (no leader): {', '.join(offline)}"] if offline else []
+    return Report(topics, tables, notes)
+
+
+def _own_configs(admin: Any, topics: list[str], timeout_s: float) -> dict[str, dict[str, str]]:
+    """Each topic's own configs (DescribeConfigs' DYNAMIC_TOPIC_CONFIG), as kafka-topics shows them."""
+    resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in topics]
+    futures = admin.describe_configs(resources, request_timeout=timeout_s)
+    own = {}
+    for resource in resources:
+        entries = confluent.wait(
+            futures[resource], f"describe the configs of {resource.name!r}", timeout_s, topic=resource.name
+        )
+        own[resource.name] = {
+            name: entry.value
+            for name, entry in sorted(entries.items())
+            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        }
+    return own
 
 
 def delete_topics(args: argparse.Namespace) -> Report:
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     names = list(dict.fromkeys(args.topics))
     futures = admin.delete_topics(names, request_timeout=args.timeout, operation_timeout=args.timeout)
     for name in names:
@@ -198,7 +232,7 @@ def alter_config(args: argparse.Namespace) -> Report:
         ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
         for key in dict.fromkeys(args.delete)
     ]
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     resource = ConfigResource(ResourceType.TOPIC, args.topic, incremental_configs=entries)
     futures = admin.incremental_alter_configs([resource], request_timeout=args.timeout)
     confluent.wait(futures[resource], f"alter the configs of {args.topic!r}", args.timeout, topic=args.topic)
@@ -235,7 +269,7 @@ def delete_records_before(args: argparse.Namespace) -> Report:
     with Cluster(args.bootstrap, args.timeout) as cluster:
         every = [p.partition for p in cluster.partitions([args.topic])]  # AdminError when unknown
     partitions = list(dict.fromkeys(args.partition)) or every
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     wanted = [TopicPartition(args.topic, partition, args.before) for partition in partitions]
     futures = admin.delete_records(wanted, request_timeout=args.timeout, operation_timeout=args.timeout)
     rows = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -212,7 +213,7 @@ def find_hanging(args: argparse.Namespace) -> Report:
                 listing.transactional_id for listing in listings.values()
             )
     pinned = sorted({partition for partition, _ in open_transactions})
-    admin = confluent.connect(args.bootstrap, args.timeout)
+    admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     stable = confluent.offsets(admin, pinned, "stable", args.timeout)
     end = confluent.offsets(admin, pinned, "latest", args.timeout)
     now_ms = _now_ms()
@@ -287,10 +288,12 @@ def _transactional_id_of(cluster: Cluster, topic: str, partition: int, producer_
     return listings[0].transactional_id
 
 
-def _fence(bootstrap: str, transactional_id: str, timeout_s: float) -> None:
+def _fence(
+    bootstrap: str, transactional_id: str, timeout_s: float, properties: Mapping[str, str] | None
+) -> None:
     # A new session for the id makes the coordinator bump the epoch, which fences the old
     # producer, and abort what it left open; init_transactions returns once that is done.
-    producer = Producer({**confluent.settings(bootstrap), "transactional.id": transactional_id})
+    producer = Producer({**confluent.settings(bootstrap, properties), "transactional.id": transactional_id})
     try:
         producer.init_transactions(timeout_s)
     except KafkaException as error:
@@ -326,7 +329,7 @@ def abort_transaction(args: argparse.Namespace) -> Report:
             row = _description_row(before, now_ms)
             note = f"{transactional_id!r} has no ongoing transaction ({before.state}); nothing to abort"
             return Report({"transactional_id": transactional_id, "aborted": False, "before": row}, [], [note])
-        _fence(args.bootstrap, transactional_id, args.timeout)
+        _fence(args.bootstrap, transactional_id, args.timeout, args.command_config)
         after = cluster.describe_transactions([transactional_id]).get(transactional_id)
     before_row = _description_row(before, now_ms)
     after_row = None if after is None else _description_row(after, _now_ms())

@@ -1,9 +1,10 @@
 """One module per Kafka API (after franz-go's kfake).
 
-Each module has API_KEY, MIN_VERSION, MAX_VERSION and
-`handle(request: Request) -> Reply`. A reply is a kio response entity, an
-awaitable of one (the handler has to wait, e.g. for fsync or a long poll),
-or None when Kafka sends no response (Produce with acks=0). A module that
+Each module has API_KEY, MIN_VERSION, MAX_VERSION (the versions it serves: for every API, those
+of one Kafka release, `api_versions.KAFKA_RELEASE`), optionally ADVERTISED_MIN_VERSION (where
+that release advertises more than it serves), and `handle(request: Request) -> Reply`. A reply
+is a kio response entity, an awaitable of one (the handler has to wait, e.g. for fsync or a long
+poll), or None when Kafka sends no response (Produce with acks=0). A module that
 defines API_KEY is registered by being here.
 """
 
@@ -31,6 +32,11 @@ HANDLERS: dict[int, ModuleType] = {module.API_KEY: module for module in _api_mod
 SUPPORTED_VERSIONS: dict[int, VersionRange] = {
     key: VersionRange(module.MIN_VERSION, module.MAX_VERSION) for key, module in HANDLERS.items()
 }
+# What ApiVersions lists.
+ADVERTISED_VERSIONS: dict[int, VersionRange] = {
+    key: VersionRange(getattr(module, "ADVERTISED_MIN_VERSION", module.MIN_VERSION), module.MAX_VERSION)
+    for key, module in HANDLERS.items()
+}
 
 
 def is_supported(api_key: int, api_version: int) -> bool:
@@ -48,4 +54,12 @@ def dispatch(request: Request) -> Reply:
     return HANDLERS[request.api_key].handle(request)
 
 
-__all__ = ["HANDLERS", "SUPPORTED_VERSIONS", "Reply", "Request", "dispatch", "is_supported"]
+__all__ = [
+    "ADVERTISED_VERSIONS",
+    "HANDLERS",
+    "SUPPORTED_VERSIONS",
+    "Reply",
+    "Request",
+    "dispatch",
+    "is_supported",
+]

@@ -11,7 +11,7 @@ from onceflow.broker.core import now_ms
 
 API_KEY = 25
 MIN_VERSION = 0
-MAX_VERSION = 3
+MAX_VERSION = 4  # v4 is v3 (KIP-890 error codes)
 FIRST_VERSION_WITH_PRODUCER_FENCED = 2
 
 

@@ -1,4 +1,6 @@
-"""ApiVersions (18): which APIs and versions this broker speaks."""
+"""ApiVersions (18): which APIs and versions this broker speaks: for each API it has, the versions
+of one Kafka release, the latest whose every version of those APIs it serves (clients pinned to
+that release's table, or an older one, send nothing it cannot read)."""
 
 from __future__ import annotations
 
@@ -10,17 +12,18 @@ from onceflow.apis.common import Request
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import response_type
 
+KAFKA_RELEASE = "4.1"
 API_KEY = 18
 MIN_VERSION = 0
-MAX_VERSION = 3
+MAX_VERSION = 4  # v4 is v3 (it lets supported features start at 0)
 
 
 def _api_keys() -> list[dict[str, int]]:
-    from onceflow.apis import SUPPORTED_VERSIONS  # the table is built from every module
+    from onceflow.apis import ADVERTISED_VERSIONS  # the table is built from every module
 
     return [
         {"api_key": key, "min_version": versions.min, "max_version": versions.max}
-        for key, versions in sorted(SUPPORTED_VERSIONS.items())
+        for key, versions in sorted(ADVERTISED_VERSIONS.items())
     ]
 
 

@@ -1,5 +1,7 @@
 """DescribeConfigs (32): a topic's configs (its own, else the broker's, else Kafka's defaults)
-and the broker's own settings, with their sources, types (v3+) and synonyms when asked."""
+and the broker's own settings, with their sources, types (v3+) and synonyms when asked. In a
+cluster a topic's own configs are those of its config znode, so any broker describes any topic,
+also one it holds no replica of."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
 from onceflow.broker.described_configs import ConfigEntry, broker_entries, topic_entries
+from onceflow.log.config import LogConfig
 
 API_KEY = 32
 MIN_VERSION = 1
@@ -34,14 +37,23 @@ def _describe(request: Request, resource: Any) -> dict[str, Any]:
         "configs": [],
     }
     if resource.resource_type == TOPIC:
-        info = broker.logs.topics.get(resource.resource_name)
-        if info is None:
+        name = resource.resource_name
+        info = broker.logs.topics.get(name)
+        if broker.cluster is not None and name in broker.cluster.view.topics:
+            own = broker.cluster.view.topic_configs.get(name, {})
+            try:
+                effective = LogConfig.from_kafka(own, broker.logs.broker_config)
+            except ValueError as error:  # a znode not written by a broker, which checks them
+                return {**result, "error_code": ErrorCode.invalid_config, "error_message": str(error)}
+        elif info is not None:
+            own, effective = info.configs, broker.logs.topic_config(name)
+        else:
             return {
                 **result,
                 "error_code": ErrorCode.unknown_topic_or_partition,
-                "error_message": f"unknown topic {resource.resource_name!r}",
+                "error_message": f"unknown topic {name!r}",
             }
-        entries = topic_entries(broker.config, info.configs, broker.logs.topic_config(info.name))
+        entries = topic_entries(broker.config, own, effective)
     elif resource.resource_type == BROKER:
         if resource.resource_name not in ("", str(broker.node_id)):
             return {

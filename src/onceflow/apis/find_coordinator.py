@@ -13,7 +13,7 @@ from onceflow.apis.common import Request
 
 API_KEY = 10
 MIN_VERSION = 0
-MAX_VERSION = 4
+MAX_VERSION = 6  # v5 and v6 are v4; v6's key type 2 (share groups) is INVALID_REQUEST here
 
 KEY_TYPES = (0, 1)  # group, transaction
 

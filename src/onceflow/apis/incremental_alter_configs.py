@@ -1,6 +1,7 @@
 """IncrementalAlterConfigs (44): SET, DELETE, APPEND and SUBTRACT on a topic's own configs,
 as Kafka's ConfigAdminManager: APPEND and SUBTRACT work on list-typed keys only and start from
-the topic's value, else the default; DELETE of a key that is not set changes nothing."""
+the topic's value, else the default; DELETE of a key that is not set changes nothing. A list
+may end up empty (`cleanup.policy` without delete or compact keeps everything)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from onceflow.apis.config_changes import (
     store_topic_configs,
     topic_configs,
 )
-from onceflow.log.topic_configs import TOPIC_KEYS, ConfigType
+from onceflow.log.config_checks import ConfigType
+from onceflow.log.topic_configs import TOPIC_KEYS
 
 API_KEY = 44
 MIN_VERSION = 0
@@ -61,7 +63,9 @@ def _alter(
                 ErrorCode.invalid_config,
                 f"Config value {_OPERATION_NAMES[operation]} is not allowed for config key: {name}",
             )
-        current = _items(configs.get(name, key.default))
+        # Unset, a key the broker sets the default of starts from the broker's value.
+        default = key.default if key.broker_key is None else request.broker.config.get(key.broker_key)
+        current = _items(configs.get(name, default))
         given = _items(value)
         if operation == APPEND:
             updated = current + [item for item in given if item not in current]

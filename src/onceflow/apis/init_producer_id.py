@@ -16,7 +16,7 @@ from onceflow.broker.core import now_ms
 
 API_KEY = 22
 MIN_VERSION = 0
-MAX_VERSION = 4
+MAX_VERSION = 5  # v5 is v4 (KIP-890 error codes)
 FIRST_VERSION_WITH_PRODUCER_FENCED = 4
 
 

@@ -1,8 +1,8 @@
 """ListOffsets (2): earliest, latest, max timestamp, or the first offset at a time.
 
-v8-v11 add the tiered-storage timestamps (KIP-405, KIP-1005, KIP-1023) and v10 a timeout for
-remote reads. Without tiered storage Kafka answers them from the local log: earliest-local is
-the log start offset, and there is no tiered or pending-upload offset (-1).
+v8 and v9 add the tiered-storage timestamps (KIP-405, KIP-1005) and v10 a timeout for remote
+reads. Without tiered storage Kafka answers them from the local log: earliest-local is the log
+start offset, and there is no tiered offset (-1). v11 (Kafka 4.2) is not advertised.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from onceflow.log.log import PartitionLog
 
 API_KEY = 2
 MIN_VERSION = 1
-MAX_VERSION = 11
+MAX_VERSION = 10
 
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
-EARLIEST_PENDING_UPLOAD = -6
 # The first version that may ask for each special timestamp; any other negative timestamp, or
 # one asked for at an older version, is UNSUPPORTED_VERSION, as in Kafka's ReplicaManager.
 _FIRST_VERSION = {
@@ -33,7 +32,6 @@ _FIRST_VERSION = {
     MAX_TIMESTAMP: 7,
     EARLIEST_LOCAL: 8,
     LATEST_TIERED: 9,
-    EARLIEST_PENDING_UPLOAD: 11,
 }
 READ_COMMITTED = 1
 LEADER_EPOCH = 0  # a single broker never changes leader; the cluster mode does not say yet
@@ -117,6 +115,6 @@ def _special(log: PartitionLog, readable: int, timestamp: int) -> dict[str, int]
         return {"timestamp": -1, "offset": readable, "leader_epoch": LEADER_EPOCH}
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return {"timestamp": -1, "offset": log.log_start_offset, "leader_epoch": LEADER_EPOCH}
-    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+    if timestamp == LATEST_TIERED:
         return {"timestamp": -1, "offset": -1, "leader_epoch": _NO_EPOCH}  # nothing is tiered
     return None

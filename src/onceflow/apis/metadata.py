@@ -20,7 +20,7 @@ from onceflow.log.manager import validate_topic_name
 
 API_KEY = 3
 MIN_VERSION = 0
-MAX_VERSION = 12
+MAX_VERSION = 13
 
 
 def handle(request: Request) -> Any:
@@ -57,6 +57,7 @@ def handle(request: Request) -> Any:
         controller_id = endpoint.node_id
     return request.respond(
         throttle_time=0,
+        error_code=ErrorCode.none,  # v13 (KIP-1102): a top-level error, for a client to re-bootstrap
         brokers=brokers,
         cluster_id=broker.cluster_id,
         controller_id=controller_id,

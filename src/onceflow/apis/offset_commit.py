@@ -1,4 +1,5 @@
-"""OffsetCommit (8): store a group's consumed positions (v9+ needs KIP-848 member epochs)."""
+"""OffsetCommit (8): store a group's consumed positions. v9 is v8 for the classic groups this
+broker has: KIP-848's member epoch, for them, is the generation."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from onceflow.broker.core import now_ms
 
 API_KEY = 8
 MIN_VERSION = 2
-MAX_VERSION = 8
+MAX_VERSION = 9
 
 
 def handle(request: Request) -> Any:

@@ -2,7 +2,8 @@
 
 Null topics means every committed partition of the group; a partition without a commit
 answers -1. With `require_stable`, a partition with offsets staged by an open transaction
-answers UNSTABLE_OFFSET_COMMIT, and the client retries. v9+ needs KIP-848 member epochs.
+answers UNSTABLE_OFFSET_COMMIT, and the client retries. v9 adds KIP-848's member id and epoch,
+which a classic group ignores, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from onceflow.coordinator.group_metadata import TopicPartition
 
 API_KEY = 9
 MIN_VERSION = 1
-MAX_VERSION = 8
+MAX_VERSION = 9
 
 
 def handle(request: Request) -> Any:

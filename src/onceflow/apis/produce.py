@@ -39,6 +39,10 @@ from onceflow.log.validator import (
 API_KEY = 0
 MIN_VERSION = 3
 MAX_VERSION = 13
+# Kafka 4 advertises v0-2 though it serves none of them: older librdkafka versions fail to
+# produce compressed batches unless v0 is listed (KAFKA-18659). A v0-2 request closes the
+# connection, as an unknown version does.
+ADVERTISED_MIN_VERSION = 0
 
 FIRST_VERSION_WITH_TOPIC_IDS = 13
 

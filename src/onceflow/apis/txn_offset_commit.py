@@ -17,7 +17,9 @@ from onceflow.broker.core import now_ms
 
 API_KEY = 28
 MIN_VERSION = 0
-MAX_VERSION = 3
+# v4 and v5 are v3: v5 would add the group to the transaction itself only under transaction.version
+# 2 (KIP-890), which this broker does not advertise, so clients send AddOffsetsToTxn first.
+MAX_VERSION = 5
 FIRST_VERSION_WITH_PRODUCER_FENCED = 3
 
 

@@ -6,59 +6,23 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onceflow.broker.config_keys import (
+    BROKER_KEYS,
+    SYNONYMS,
+    BrokerConfigError,
+    Use,
+    validate_broker_configs,
+    without_effect,
+)
 from onceflow.log.config import LogConfig
+from onceflow.log.config_checks import ConfigType
+from onceflow.properties import PropertiesError, read_properties
 
-# Keys this broker understands besides the log keys LogConfig reads.
+# The applied broker keys and their defaults (Kafka's, but where config_keys.py says otherwise).
 DEFAULTS: dict[str, str] = {
-    "num.partitions": "1",
-    "auto.create.topics.enable": "true",
-    "min.insync.replicas": "1",
-    "socket.request.max.bytes": str(100 * 1024 * 1024),
-    # Kafka's default is 55 MiB; a smaller one keeps the broker's memory flat when many
-    # partitions are read at once, and clients simply fetch again.
-    "fetch.max.bytes": str(8 * 1024 * 1024),
-    "log.retention.check.interval.ms": "300000",
-    "producer.id.expiration.check.interval.ms": "600000",
-    # Not a Kafka key: how often producer state is snapshotted besides at segment rolls,
-    # which bounds the log replay after a crash.
-    "producer.snapshot.interval.ms": "60000",
-    "transaction.max.timeout.ms": "900000",
-    "transactional.id.expiration.ms": "604800000",
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
-    "group.initial.rebalance.delay.ms": "3000",
-    "group.min.session.timeout.ms": "6000",
-    "group.max.session.timeout.ms": "1800000",
-    "offset.metadata.max.bytes": "4096",
-    "offsets.topic.num.partitions": "1",
-    "offsets.topic.segment.bytes": str(100 * 1024 * 1024),
-    "transaction.state.log.segment.bytes": str(100 * 1024 * 1024),
-    "log.cleaner.enable": "true",
-    "log.cleaner.backoff.ms": "15000",
-    "cluster.id": "onceflow-cluster",
-    "node.id": "0",
-    "advertised.listeners": "",
-    # Cluster mode (onceflow.cluster): empty means a single broker on its own.
-    "zookeeper.connect": "",
-    "zookeeper.session.timeout.ms": "18000",
-    # How long joining waits for ZooKeeper. Kafka uses the session timeout when this is unset; here
-    # it is set, so that a broker with a short session still waits for a slow ZooKeeper start.
-    "zookeeper.connection.timeout.ms": "18000",
-    "default.replication.factor": "1",
-    "unclean.leader.election.enable": "false",
-    "replica.lag.time.max.ms": "30000",
-    # Connections (Kafka's names and defaults; max.connections is also held to the open-file
-    # limit's headroom, so that clients never take the descriptors the logs need).
-    "connections.max.idle.ms": "600000",
-    "max.connections": str(2**31 - 1),
-    "max.connections.per.ip": str(2**31 - 1),
-    # Kafka's default is -1, no limit; 200 MiB of large request frames held at once is two of
-    # socket.request.max.bytes.
-    "queued.max.request.bytes": str(200 * 1024 * 1024),
-    # The codec batches are stored in ("producer": as sent), and the levels of recompression.
-    "compression.type": "producer",
-    "compression.gzip.level": "-1",
-    "compression.lz4.level": "9",
-    "compression.zstd.level": "3",
+    key.name: key.default
+    for key in BROKER_KEYS.values()
+    if key.use is Use.APPLIED and key.default is not None
 }
 _BOOLEANS = {"true": True, "false": False}
 _STRING_KEYS = frozenset({"cluster.id", "advertised.listeners", "zookeeper.connect", "compression.type"})
@@ -66,22 +30,6 @@ _STRING_KEYS = frozenset({"cluster.id", "advertised.listeners", "zookeeper.conne
 
 class ConfigError(ValueError):
     """A configuration key or value that the broker cannot use."""
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java-style `key=value` lines; `#` and `!` start comments."""
-    props: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            key, sep, value = line.partition(":")
-        if not sep:
-            raise ConfigError(f"line {number}: expected key=value, got {raw!r}")
-        props[key.strip()] = value.strip()
-    return props
 
 
 def parse_assignments(pairs: Iterable[str]) -> dict[str, str]:
@@ -103,18 +51,19 @@ class BrokerConfig:
     _log_config: LogConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Fail at start-up, not on first use.
+        # Fail at start-up, not on first use: unknown keys, and values Kafka would refuse.
+        try:
+            validate_broker_configs(self.props)
+        except BrokerConfigError as error:
+            raise ConfigError(str(error)) from None
         ints: dict[str, int] = {}
         bools: dict[str, bool] = {}
         for key in DEFAULTS:
-            if key not in _STRING_KEYS:
-                value = self.get(key)
-                if value in _BOOLEANS:
-                    bools[key] = _BOOLEANS[value]
-                elif value.lstrip("-").isdigit():
-                    ints[key] = int(value)
-                else:
-                    raise ConfigError(f"{key}: {value!r} is not a number or boolean")
+            config_type = BROKER_KEYS[key].type
+            if config_type is ConfigType.BOOLEAN:
+                bools[key] = _BOOLEANS[self.get(key).strip().lower()]
+            elif config_type in (ConfigType.INT, ConfigType.LONG):
+                ints[key] = int(self.get(key))
         try:
             log_config = LogConfig.from_kafka(self.props)
         except ValueError as error:
@@ -128,14 +77,21 @@ class BrokerConfig:
         props: dict[str, str] = {}
         if file is not None:
             try:
-                props.update(parse_properties(file.read_text()))
-            except OSError as error:
-                raise ConfigError(f"cannot read config file {file}: {error.strerror}") from error
+                props.update(read_properties(file))
+            except PropertiesError as error:
+                raise ConfigError(str(error)) from None
         props.update(overrides or {})
         return cls(props)
 
     def get(self, key: str) -> str:
+        synonym = SYNONYMS.get(key)
+        if key not in self.props and synonym is not None and synonym in self.props:
+            return self.props[synonym]
         return self.props.get(key, DEFAULTS.get(key, ""))
+
+    def without_effect(self) -> list[str]:
+        """A warning for each key given that this broker accepts but does not act on."""
+        return without_effect(self.props)
 
     def get_int(self, key: str) -> int:
         value = self._ints.get(key)

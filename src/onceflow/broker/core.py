@@ -27,11 +27,18 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.fetch_sessions import FetchSessions
 from onceflow.broker.markers import BrokerTransactionPartitions
-from onceflow.broker.metrics import STAGE_HW_TO_FETCH_WAKEUP, Metrics, PrometheusMetrics
+from onceflow.broker.metrics import (
+    STAGE_HW_TO_FETCH_WAKEUP,
+    ControllerState,
+    Metrics,
+    PrometheusMetrics,
+    ReplicaState,
+)
 from onceflow.broker.partition_flushes import PartitionFlushes
 from onceflow.broker.producer_ids import ProducerIdAllocator
 from onceflow.broker.replication import FollowedPartition, LeaderFetcher, LeaderState
 from onceflow.broker.txn_markers import ClusterMarkers
+from onceflow.cluster.status import cluster_status
 from onceflow.cluster.view import ClusterView
 from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFSETS_TOPIC, GroupCoordinator
 from onceflow.coordinator.group_requests import GroupConfig
@@ -104,6 +111,8 @@ class Broker:
         # One timer at the groups' next deadline, so that sessions and rebalances time out on time.
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at_ms: int | None = None
+        # The coordinators replay their logs here; how long each took is a metric.
+        loading_started = time.monotonic()
         offsets_config = {
             **CONSUMER_OFFSETS_CONFIG,
             "segment.bytes": config.get("offsets.topic.segment.bytes"),
@@ -115,6 +124,8 @@ class Broker:
             now_ms(),
             self._schedule_group_timer,
         )
+        self.coordinator_load_seconds = {"group": time.monotonic() - loading_started}
+        loading_started = time.monotonic()
         txn_log_config = {
             **TRANSACTION_LOG_CONFIG,
             "segment.bytes": config.get("transaction.state.log.segment.bytes"),
@@ -131,8 +142,9 @@ class Broker:
             config.get_int("transaction.max.timeout.ms"),
             config.get_int("transactional.id.expiration.ms"),
         )
+        self.coordinator_load_seconds["transaction"] = time.monotonic() - loading_started
         self._completions: dict[str, asyncio.Task[None]] = {}
-        self.metrics = PrometheusMetrics(self.logs, self.transactions, self.groups) if metrics else Metrics()
+        self.metrics = PrometheusMetrics(self) if metrics else Metrics()
         self.node_id = config.get_int("node.id")
         self.cluster_id = config.get("cluster.id")
         self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
@@ -421,7 +433,12 @@ class Broker:
             state.caught_up_ms[replica_id] = now_ms()  # not lagging the moment it is back
             task = asyncio.create_task(self.cluster.change_isr(topic, partition, (*isr, replica_id)))
             self._isr_expansions[key] = task
-            task.add_done_callback(lambda _: self._isr_expansions.pop(key, None))
+            task.add_done_callback(partial(self._isr_expansion_done, key))
+
+    def _isr_expansion_done(self, key: tuple[str, int], task: asyncio.Task[bool]) -> None:
+        self._isr_expansions.pop(key, None)
+        if not task.cancelled() and task.exception() is None and task.result():
+            self.metrics.isr_changed(shrunk=False)
 
     def high_watermark(self, topic: str, partition: int, partition_log: PartitionLog) -> int:
         """What consumers may read: the flushed offset alone; in a cluster, on the leader, also
@@ -440,6 +457,37 @@ class Broker:
         hw = max(known, min([partition_log.flushed_offset, *(end for end in ends if end is not None)]))
         self._high_watermarks[key] = hw
         return hw
+
+    def replica_states(self) -> list[ReplicaState]:
+        """Every partition this broker holds, as its metrics read it: whether it leads it, the
+        high watermark (the ISR's, `high_watermark`), and its replicas and ISR. The coordinators'
+        logs, not replicated, count as led by the coordinator's broker alone."""
+        states = []
+        view = None if self.cluster is None else self.cluster.view
+        for topic, partition, partition_log in self.logs.partitions():
+            hw = self.high_watermark(topic, partition, partition_log)
+            min_insync = self.min_insync_replicas(topic)
+            assignment = None if view is None else view.topics.get(topic)
+            if view is None or assignment is None or partition >= len(assignment.replicas):
+                leader = view is None or self.coordinates_transactions
+                states.append(ReplicaState(topic, partition, partition_log, leader, hw, 1, 1, min_insync))
+                continue
+            replicas, in_sync = len(assignment.replicas[partition]), len(view.isr(topic, partition))
+            leader = (topic, partition) in self._leading
+            states.append(
+                ReplicaState(topic, partition, partition_log, leader, hw, replicas, in_sync, min_insync)
+            )
+        return states
+
+    def controller_state(self) -> ControllerState:
+        """Whether this broker is the active controller, and then how many partitions of the
+        cluster have no live leader."""
+        if self.cluster is None:
+            return ControllerState(True, 0)
+        view = self.cluster.view
+        if view.controller_id != self.node_id:
+            return ControllerState(False, 0)
+        return ControllerState(True, len(cluster_status(view).offline))
 
     def leading(self) -> set[tuple[str, int]]:
         """The partitions this broker leads (cluster mode)."""
@@ -513,7 +561,8 @@ class Broker:
             if lagging:
                 in_sync = tuple(replica for replica in isr if replica not in lagging)
                 log.warning("%s-%d: %s lag, ISR now %s", topic, partition, lagging, in_sync)
-                await self.cluster.change_isr(topic, partition, in_sync)
+                if await self.cluster.change_isr(topic, partition, in_sync):
+                    self.metrics.isr_changed(shrunk=True)
 
     @property
     def coordinates_transactions(self) -> bool:

@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from onceflow.broker.config import DEFAULTS, BrokerConfig
+from onceflow.broker.config_keys import BROKER_KEYS
 from onceflow.log.config import LogConfig
-from onceflow.log.topic_configs import TOPIC_KEYS, ConfigType, Support
+from onceflow.log.config_checks import ConfigType
+from onceflow.log.topic_configs import TOPIC_KEYS, Support
 
 # Kafka's config_source values.
 TOPIC_CONFIG = 1
@@ -20,6 +22,8 @@ DEFAULT_CONFIG = 5
 _LOG_FIELDS = {
     "segment.bytes": ("segment_bytes", ("log.segment.bytes",)),
     "index.interval.bytes": ("index_interval_bytes", ("log.index.interval.bytes",)),
+    "segment.ms": ("segment_ms", ("log.roll.ms", "log.roll.hours")),
+    "segment.jitter.ms": ("segment_jitter_ms", ("log.roll.jitter.ms", "log.roll.jitter.hours")),
     "retention.ms": ("retention_ms", ("log.retention.ms", "log.retention.minutes", "log.retention.hours")),
     "retention.bytes": ("retention_bytes", ("log.retention.bytes",)),
     "max.message.bytes": ("max_message_bytes", ("message.max.bytes",)),
@@ -28,67 +32,6 @@ _LOG_FIELDS = {
     "delete.retention.ms": ("delete_retention_ms", ("log.cleaner.delete.retention.ms",)),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", ("log.cleaner.min.compaction.lag.ms",)),
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", ("log.cleaner.min.cleanable.ratio",)),
-}
-
-_KAFKA_LOG_DEFAULTS = LogConfig()
-# Broker keys: DescribeConfigs' types, and the log keys the broker reports even when unset.
-BROKER_LOG_DEFAULTS = {
-    "log.segment.bytes": str(_KAFKA_LOG_DEFAULTS.segment_bytes),
-    "log.index.interval.bytes": str(_KAFKA_LOG_DEFAULTS.index_interval_bytes),
-    "log.retention.hours": str(_KAFKA_LOG_DEFAULTS.retention_ms // 3_600_000),
-    "log.retention.bytes": str(_KAFKA_LOG_DEFAULTS.retention_bytes),
-    "message.max.bytes": str(_KAFKA_LOG_DEFAULTS.max_message_bytes),
-    "producer.id.expiration.ms": str(_KAFKA_LOG_DEFAULTS.producer_id_expiration_ms),
-    "log.flush.interval.ms": str(_KAFKA_LOG_DEFAULTS.flush_interval_ms),
-    "log.cleanup.policy": _KAFKA_LOG_DEFAULTS.cleanup_policy,
-    "log.cleaner.delete.retention.ms": str(_KAFKA_LOG_DEFAULTS.delete_retention_ms),
-    "log.cleaner.min.compaction.lag.ms": str(_KAFKA_LOG_DEFAULTS.min_compaction_lag_ms),
-    "log.cleaner.min.cleanable.ratio": str(_KAFKA_LOG_DEFAULTS.min_cleanable_dirty_ratio),
-}
-_INT, _LONG, _BOOLEAN, _STRING = ConfigType.INT, ConfigType.LONG, ConfigType.BOOLEAN, ConfigType.STRING
-BROKER_KEY_TYPES: dict[str, ConfigType] = {
-    "num.partitions": _INT,
-    "auto.create.topics.enable": _BOOLEAN,
-    "min.insync.replicas": _INT,
-    "socket.request.max.bytes": _INT,
-    "fetch.max.bytes": _INT,
-    "log.retention.check.interval.ms": _LONG,
-    "producer.id.expiration.check.interval.ms": _INT,
-    "producer.snapshot.interval.ms": _LONG,
-    "transaction.max.timeout.ms": _INT,
-    "transactional.id.expiration.ms": _INT,
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": _INT,
-    "group.initial.rebalance.delay.ms": _INT,
-    "group.min.session.timeout.ms": _INT,
-    "group.max.session.timeout.ms": _INT,
-    "offset.metadata.max.bytes": _INT,
-    "offsets.topic.num.partitions": _INT,
-    "cluster.id": _STRING,
-    "node.id": _INT,
-    "advertised.listeners": _STRING,
-    "log.segment.bytes": _INT,
-    "log.index.interval.bytes": _INT,
-    "log.retention.hours": _INT,
-    "log.retention.minutes": _INT,
-    "log.retention.ms": _LONG,
-    "log.retention.bytes": _LONG,
-    "message.max.bytes": _INT,
-    "producer.id.expiration.ms": _INT,
-    "log.flush.interval.ms": _LONG,
-    "log.cleanup.policy": ConfigType.LIST,
-    "log.cleaner.delete.retention.ms": _LONG,
-    "log.cleaner.min.compaction.lag.ms": _LONG,
-    "log.cleaner.min.cleanable.ratio": ConfigType.DOUBLE,
-    "log.cleaner.enable": _BOOLEAN,
-    "log.cleaner.backoff.ms": _LONG,
-    "offsets.topic.segment.bytes": _INT,
-    "transaction.state.log.segment.bytes": _INT,
-    "zookeeper.connect": _STRING,
-    "zookeeper.session.timeout.ms": _INT,
-    "zookeeper.connection.timeout.ms": _INT,
-    "default.replication.factor": _INT,
-    "unclean.leader.election.enable": _BOOLEAN,
-    "replica.lag.time.max.ms": _LONG,
 }
 
 
@@ -114,8 +57,6 @@ def topic_entries(
     applied = dataclasses.asdict(effective)
     entries = []
     for key in sorted(TOPIC_KEYS.values(), key=lambda key: key.name):
-        if not key.described:
-            continue
         synonyms = []
         stored = topic_configs.get(key.name)
         if stored is not None and (key.support is not Support.ONLY_DEFAULT or stored == key.default):
@@ -127,8 +68,8 @@ def topic_entries(
                 for name in broker_keys  # the one that wins first: ms, then minutes, then hours
                 if name in config.props
             ]
-            default_key = next(name for name in broker_keys if name in BROKER_LOG_DEFAULTS)
-            synonyms.append(Synonym(default_key, BROKER_LOG_DEFAULTS[default_key], DEFAULT_CONFIG))
+            default_key = next(name for name in broker_keys if name in DEFAULTS)
+            synonyms.append(Synonym(default_key, DEFAULTS[default_key], DEFAULT_CONFIG))
             value = str(applied[field])
         elif key.broker_key is not None:  # min.insync.replicas
             if key.broker_key in config.props:
@@ -144,7 +85,7 @@ def topic_entries(
 
 def broker_entries(config: BrokerConfig) -> list[ConfigEntry]:
     """The broker's keys: those it reads, with their defaults, and any others it was given."""
-    defaults = {**DEFAULTS, **BROKER_LOG_DEFAULTS}
+    defaults = DEFAULTS
     entries = []
     for name in sorted({*defaults, *config.props}):
         synonyms = []
@@ -153,7 +94,5 @@ def broker_entries(config: BrokerConfig) -> list[ConfigEntry]:
         if name in defaults:
             synonyms.append(Synonym(name, defaults[name], DEFAULT_CONFIG))
         value, source = synonyms[0].value, synonyms[0].source
-        entries.append(
-            ConfigEntry(name, value, source, BROKER_KEY_TYPES.get(name, ConfigType.UNKNOWN), synonyms)
-        )
+        entries.append(ConfigEntry(name, value, source, BROKER_KEYS[name].type, synonyms))
     return entries

@@ -1,8 +1,10 @@
 """Broker metrics in Prometheus form, named after Kafka's JMX metrics (docs/metrics.md).
 
 Hot paths only bump counters: once per request, once per partition of a produce or
-fetch, once per fsync. Everything that needs a scan (partition counts, LSO lag, open
-transactions, consumer-group lag) is computed when Prometheus scrapes, by a collector.
+fetch, once per fsync, once per ISR change. Everything that needs a scan (partition counts,
+replica health, offsets, open transactions, consumer-group lag) is computed when Prometheus
+scrapes, by a collector that reads the broker through `BrokerState`: its replica state comes
+from one accessor, `replica_states()`, so the high watermark it exports is the ISR's.
 
 Each broker has its own `CollectorRegistry`, so several brokers in one process do not
 collide. A broker started without metrics gets `Metrics`, whose hooks do nothing.
@@ -14,8 +16,8 @@ import collections
 import dataclasses
 import time
 import typing
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -24,8 +26,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from onceflow.coordinator.group import GroupCoordinator
+from onceflow.coordinator.group_metadata import GroupState
 from onceflow.coordinator.transaction import TransactionCoordinator
-from onceflow.log.manager import LogManager
+from onceflow.log.log import PartitionLog
 
 # Request latency: from sub-millisecond metadata answers to long polls and slow fsyncs.
 REQUEST_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -43,6 +46,43 @@ FLUSH_BY_KERNEL = "linux_aio"
 FLUSH_ON_THREAD = "thread"
 FLUSH_HOWS = (FLUSH_BY_KERNEL, FLUSH_ON_THREAD)
 FLUSH_SECONDS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """One partition this broker holds, as its metrics read it."""
+
+    topic: str
+    partition: int
+    log: PartitionLog
+    leader: bool  # this broker leads it (a single broker leads every partition)
+    high_watermark: int  # the ISR's on a leader; on a follower, the last its leader sent
+    replicas: int  # assigned
+    in_sync: int
+    min_insync: int  # min.insync.replicas in effect
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ControllerState:
+    active: bool  # this broker is the controller (a single broker is its own)
+    offline_partitions: int  # without a live leader, as the active controller counts them; else 0
+
+
+class BrokerState(Protocol):
+    """What the collector reads of the broker when Prometheus scrapes."""
+
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
+
+    @property
+    def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def coordinator_load_seconds(self) -> Mapping[str, float]: ...
+
+    def replica_states(self) -> Sequence[ReplicaState]: ...
+
+    def controller_state(self) -> ControllerState: ...
 
 
 class Metrics:
@@ -69,11 +109,12 @@ class Metrics:
         """A read or write of the logs failed with an I/O error during `operation` (an append,
         a background task); its answer, if any, was KAFKA_STORAGE_ERROR."""
 
+    def isr_changed(self, shrunk: bool) -> None:
+        """This broker, as a partition's leader, shrank (or expanded) its ISR."""
+
 
 class PrometheusMetrics(Metrics):
-    def __init__(
-        self, logs: LogManager, transactions: TransactionCoordinator, groups: GroupCoordinator
-    ) -> None:
+    def __init__(self, broker: BrokerState) -> None:
         self.registry = CollectorRegistry()
         self._requests = Counter(
             "kafka_network_requestmetrics_requests",
@@ -142,12 +183,22 @@ class PrometheusMetrics(Metrics):
             ["operation"],
             registry=self.registry,
         )
+        self._isr_shrinks = Counter(
+            "kafka_server_replicamanager_isr_shrinks",
+            "ISR shrinks by this broker as leader: followers dropped for lagging (IsrShrinksPerSec).",
+            registry=self.registry,
+        )
+        self._isr_expands = Counter(
+            "kafka_server_replicamanager_isr_expands",
+            "ISR expansions by this broker as leader: followers back in sync (IsrExpandsPerSec).",
+            registry=self.registry,
+        )
         # labels() costs more than the increment it serves: resolve each child once.
         self._request_children: dict[int, tuple[Any, Any]] = {}
         self._error_children: dict[tuple[int, ErrorCode], Any] = {}
         self._topic_in: dict[str, tuple[Any, Any]] = {}
         self._topic_out: dict[str, Any] = {}
-        self.registry.register(_StateCollector(logs, transactions, groups))
+        self.registry.register(_StateCollector(broker))
 
     def request_finished(self, api_key: int, request: str, started: float, response: Any) -> None:
         children = self._request_children.get(api_key)
@@ -193,65 +244,133 @@ class PrometheusMetrics(Metrics):
     def storage_error(self, operation: str) -> None:
         self._storage_errors.labels(operation).inc()
 
+    def isr_changed(self, shrunk: bool) -> None:
+        (self._isr_shrinks if shrunk else self._isr_expands).inc()
+
 
 class _StateCollector(Collector):
     """Gauges read from the broker's state at scrape time (on the event loop, see server.py)."""
 
-    def __init__(
-        self, logs: LogManager, transactions: TransactionCoordinator, groups: GroupCoordinator
-    ) -> None:
-        self._logs = logs
-        self._transactions = transactions
-        self._groups = groups
+    def __init__(self, broker: BrokerState) -> None:
+        self._broker = broker
 
     def collect(self) -> Iterator[Metric]:
-        partition_count = GaugeMetricFamily(
-            "kafka_server_replicamanager_partition_count", "Partitions on this broker (PartitionCount)."
-        )
-        under_replicated = GaugeMetricFamily(
-            "kafka_server_replicamanager_under_replicated_partitions",
-            "Always 0: a single broker is every partition's only replica (UnderReplicatedPartitions).",
-        )
-        lso_lag = GaugeMetricFamily(
-            "kafka_cluster_partition_last_stable_offset_lag",
-            "High watermark minus last stable offset: what open transactions hold back "
-            "from read_committed consumers (LastStableOffsetLag).",
-            labels=["topic", "partition"],
-        )
-        high_watermarks: dict[tuple[str, int], int] = {}
-        for topic, partition, log in self._logs.partitions():
-            # The high watermark is the flushed offset (broker/core.py's high_watermark).
-            hw = log.flushed_offset
-            high_watermarks[(topic, partition)] = hw
-            lso_lag.add_metric([topic, str(partition)], hw - log.last_stable_offset(hw))
-        partition_count.add_metric([], len(high_watermarks))
-        under_replicated.add_metric([], 0)
-        yield partition_count
-        yield under_replicated
-        yield lso_lag
+        replicas = self._broker.replica_states()
+        yield from self._replica_manager(replicas)
+        yield from self._controller()
+        yield from self._partitions(replicas)
         yield from self._transaction_metrics()
-        yield from self._group_metrics(high_watermarks)
-        yield self._corrupt_ranges()
+        yield from self._group_metrics({(r.topic, r.partition): r.high_watermark for r in replicas})
+        load = GaugeMetricFamily(
+            "onceflow_coordinator_load_seconds",
+            "How long each coordinator took to load its log at start-up "
+            "(group- and transaction-coordinator-metrics partition-load-time-max).",
+            labels=["coordinator"],
+        )
+        for coordinator, seconds in sorted(self._broker.coordinator_load_seconds.items()):
+            load.add_metric([coordinator], seconds)
+        yield load
+        yield self._corrupt_ranges(replicas)
 
-    def _corrupt_ranges(self) -> Metric:
+    def _corrupt_ranges(self, replicas: Sequence[ReplicaState]) -> Metric:
         corrupt = GaugeMetricFamily(
             "onceflow_log_corrupt_ranges",
             "Stretches of a partition's segments that hold no readable batch, found by recovery and "
             "kept (reads there answer CORRUPT_MESSAGE; `onceflow log check` lists them).",
             labels=["topic", "partition"],
         )
-        for topic, partition, log in self._logs.partitions():
-            if found := log.corrupt_ranges:
-                corrupt.add_metric([topic, str(partition)], len(found))
+        for replica in replicas:
+            if found := replica.log.corrupt_ranges:
+                corrupt.add_metric([replica.topic, str(replica.partition)], len(found))
         return corrupt
+
+    def _replica_manager(self, replicas: Sequence[ReplicaState]) -> Iterator[Metric]:
+        """Kafka's ReplicaManager gauges, counted over the partitions this broker leads."""
+        led = [replica for replica in replicas if replica.leader]
+        for name, help_text, value in (
+            (
+                "partition_count",
+                "Partitions on this broker, led or followed (PartitionCount).",
+                len(replicas),
+            ),
+            ("leader_count", "Partitions this broker leads (LeaderCount).", len(led)),
+            (
+                "under_replicated_partitions",
+                "Led partitions with fewer replicas in sync than assigned (UnderReplicatedPartitions).",
+                sum(replica.in_sync < replica.replicas for replica in led),
+            ),
+            (
+                "under_min_isr_partition_count",
+                "Led partitions whose ISR is smaller than min.insync.replicas (UnderMinIsrPartitionCount).",
+                sum(replica.in_sync < replica.min_insync for replica in led),
+            ),
+        ):
+            gauge = GaugeMetricFamily(f"kafka_server_replicamanager_{name}", help_text)
+            gauge.add_metric([], value)
+            yield gauge
+
+    def _controller(self) -> Iterator[Metric]:
+        state = self._broker.controller_state()
+        active = GaugeMetricFamily(
+            "kafka_controller_kafkacontroller_active_controller_count",
+            "1 on the active controller, 0 elsewhere (ActiveControllerCount).",
+        )
+        active.add_metric([], 1 if state.active else 0)
+        offline = GaugeMetricFamily(
+            "kafka_controller_kafkacontroller_offline_partitions_count",
+            "Partitions without a live leader, on the active controller; 0 elsewhere "
+            "(OfflinePartitionsCount).",
+        )
+        offline.add_metric([], state.offline_partitions)
+        yield active
+        yield offline
+
+    def _partitions(self, replicas: Sequence[ReplicaState]) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+
+        def gauge(name: str, help_text: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, help_text, labels=labels)
+
+        # Every replica's log (Kafka's Log metrics, on followers too).
+        log_end = gauge("kafka_log_log_log_end_offset", "The offset after the last record (LogEndOffset).")
+        log_start = gauge("kafka_log_log_log_start_offset", "The first offset in the log (LogStartOffset).")
+        size = gauge("kafka_log_log_size", "Bytes of the log's segments (Size).")
+        # The leader's view of each partition it leads: one series per partition in a cluster.
+        high_watermark = gauge(
+            "onceflow_partition_high_watermark",
+            "What consumers may read up to: the ISR's high watermark, on the partition's leader.",
+        )
+        stable = gauge(
+            "onceflow_partition_last_stable_offset",
+            "Where read_committed consumers stop: the first open transaction's, else the high watermark.",
+        )
+        lso_lag = gauge(
+            "kafka_cluster_partition_last_stable_offset_lag",
+            "High watermark minus last stable offset: what open transactions hold back "
+            "from read_committed consumers (LastStableOffsetLag).",
+        )
+        in_sync = gauge(
+            "kafka_cluster_partition_in_sync_replicas_count", "The ISR's size (InSyncReplicasCount)."
+        )
+        assigned = gauge("kafka_cluster_partition_replicas_count", "Assigned replicas (ReplicasCount).")
+        for replica in replicas:
+            values = [replica.topic, str(replica.partition)]
+            log_end.add_metric(values, replica.log.log_end_offset)
+            log_start.add_metric(values, replica.log.log_start_offset)
+            size.add_metric(values, replica.log.size_bytes)
+            if replica.leader:
+                lso = replica.log.last_stable_offset(replica.high_watermark)
+                high_watermark.add_metric(values, replica.high_watermark)
+                stable.add_metric(values, lso)
+                lso_lag.add_metric(values, replica.high_watermark - lso)
+                in_sync.add_metric(values, replica.in_sync)
+                assigned.add_metric(values, replica.replicas)
+        yield from (log_end, log_start, size, high_watermark, stable, lso_lag, in_sync, assigned)
 
     def _transaction_metrics(self) -> Iterator[Metric]:
         now_ms = int(time.time() * 1000)
-        open_starts = [
-            metadata.start_ms
-            for metadata in self._transactions.transactions.values()
-            if not metadata.state.is_complete
-        ]
+        transactions = self._broker.transactions.transactions.values()
+        open_starts = [metadata.start_ms for metadata in transactions if not metadata.state.is_complete]
         count = GaugeMetricFamily(
             "onceflow_transactions_open", "Transactions begun and not yet completed (Ongoing or Prepare*)."
         )
@@ -261,8 +380,17 @@ class _StateCollector(Collector):
             "Age of the oldest open transaction; 0 when none is open.",
         )
         oldest.add_metric([], max(0, now_ms - min(open_starts)) / 1000 if open_starts else 0)
+        ids = GaugeMetricFamily(
+            "onceflow_transactional_ids",
+            "Transactional ids the transaction coordinator keeps, by state.",
+            labels=["state"],
+        )
+        by_state = collections.Counter(metadata.state.value for metadata in transactions)
+        for state, number in sorted(by_state.items()):
+            ids.add_metric([state], number)
         yield count
         yield oldest
+        yield ids
 
     def _group_metrics(self, high_watermarks: dict[tuple[str, int], int]) -> Iterator[Metric]:
         labels = ["consumergroup", "topic", "partition"]
@@ -271,20 +399,41 @@ class _StateCollector(Collector):
         )
         lag = GaugeMetricFamily(
             "kafka_consumergroup_lag",
-            "High watermark minus a group's committed offset, per partition.",
+            "High watermark minus a group's committed offset, per partition this broker holds.",
             labels=labels,
         )
-        for listing in self._groups.list_groups():
-            for fetched in self._groups.fetch_offsets(listing.group_id, None, require_stable=False):
+        groups = GaugeMetricFamily(
+            "kafka_coordinator_group_groupmetadatamanager_num_groups",
+            "Groups the group coordinator keeps, by state (NumGroups, NumGroupsStable, ...).",
+            labels=["state"],
+        )
+        offsets = GaugeMetricFamily(
+            "kafka_coordinator_group_groupmetadatamanager_num_offsets",
+            "Committed offsets the group coordinator keeps (NumOffsets).",
+        )
+        coordinator = self._broker.groups
+        listings = coordinator.list_groups()
+        by_state = collections.Counter(listing.state for listing in listings)
+        for state in GroupState:
+            if state is not GroupState.DEAD:
+                groups.add_metric([state.value], by_state[state])
+        offset_count = 0
+        for listing in listings:
+            for fetched in coordinator.fetch_offsets(listing.group_id, None, require_stable=False):
+                if fetched.offset is None:
+                    continue
+                offset_count += 1
                 topic, partition = fetched.partition
-                hw = high_watermarks.get((topic, partition))
-                if fetched.offset is None or hw is None:
-                    continue  # nothing committed, or a partition deleted since
                 values = [listing.group_id, topic, str(partition)]
                 committed.add_metric(values, fetched.offset.offset)
-                lag.add_metric(values, hw - fetched.offset.offset)
+                hw = high_watermarks.get((topic, partition))
+                if hw is not None:  # a partition held here (one deleted since is not)
+                    lag.add_metric(values, hw - fetched.offset.offset)
+        offsets.add_metric([], offset_count)
         yield committed
         yield lag
+        yield groups
+        yield offsets
 
 
 def error_codes(response: Any) -> list[ErrorCode]:

@@ -131,7 +131,7 @@ class LeaderFetcher:
             try:
                 await self._follow(link)
             except (OSError, ValueError) as error:
-                log.info("fetching from %s: %s", self.leader, error)
+                log.info("fetching from %s: %s", self.leader, str(error) or type(error).__name__)
                 await asyncio.sleep(RETRY_AFTER_S)
             finally:
                 link.close()

@@ -160,6 +160,7 @@ class ClusterMarkers:
                 REPLICATION_TIMEOUT_S + 5,
             )
         except (OSError, TimeoutError, ValueError) as error:
-            log.info("marker for producer %d on %s-%d: %s", producer_id, *partition, error)
+            why = str(error) or type(error).__name__  # a timeout says nothing of itself
+            log.info("marker for producer %d on %s-%d: %s", producer_id, *partition, why)
             return ErrorCode.network_exception
         return ErrorCode(answer.markers[0].topics[0].partitions[0].error_code)

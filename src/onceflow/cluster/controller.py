@@ -12,10 +12,16 @@ order, that is live and in the ISR (clean); if none and unclean election is enab
 the first live replica (unclean, which may lose acknowledged records); otherwise no leader (-1),
 and the ISR keeps its last members so that one of them coming back is a clean leader again.
 Every change of leader or ISR bumps the leader epoch.
+
+Elections asked for (ElectLeaders, Kafka's `PreferredReplicaPartitionLeaderElectionStrategy` and
+its unclean counterpart): a preferred election moves leadership to the first assigned replica if
+it is live and in the ISR; an unclean one elects a leader for a partition that has none, from the
+ISR if a member is live, else the first live replica.
 """
 
 from __future__ import annotations
 
+import enum
 import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -97,6 +103,45 @@ class StateWrite:
     expected_version: int
 
 
+class Election(enum.IntEnum):
+    """ElectLeaders' election types."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+class ElectionRefused(enum.Enum):
+    """Why an asked-for election did not happen (Kafka's error for each)."""
+
+    UNKNOWN_PARTITION = "unknown_topic_or_partition"
+    NOT_NEEDED = "election_not_needed"
+    PREFERRED_NOT_AVAILABLE = "preferred_leader_not_available"
+    NO_ELIGIBLE_LEADER = "eligible_leaders_not_available"
+
+
+def elected_state(
+    replicas: Sequence[int], current: PartitionState, live: Collection[int], election: Election, epoch: int
+) -> PartitionState | ElectionRefused:
+    """The state an asked-for election writes, or why it does not happen."""
+    leader_live = current.leader in live
+    if election is Election.PREFERRED:
+        preferred = replicas[0]
+        if current.leader == preferred and leader_live:
+            return ElectionRefused.NOT_NEEDED
+        if preferred not in live or preferred not in current.isr:
+            return ElectionRefused.PREFERRED_NOT_AVAILABLE
+        return PartitionState(preferred, current.leader_epoch + 1, current.isr, epoch)
+    if leader_live:
+        return ElectionRefused.NOT_NEEDED
+    clean = [replica for replica in replicas if replica in live and replica in current.isr]
+    if clean:
+        return PartitionState(clean[0], current.leader_epoch + 1, current.isr, epoch)
+    live_replicas = [replica for replica in replicas if replica in live]
+    if not live_replicas:
+        return ElectionRefused.NO_ELIGIBLE_LEADER
+    return PartitionState(live_replicas[0], current.leader_epoch + 1, (live_replicas[0],), epoch)
+
+
 class ControllerStateMachine:
     def __init__(
         self,
@@ -139,6 +184,35 @@ class ControllerStateMachine:
         replicas = self.assignments.pop(topic, ())
         for partition in range(len(replicas)):
             self.states.pop((topic, partition), None)
+
+    def elect(
+        self, partitions: Iterable[tuple[str, int]] | None, election: Election
+    ) -> tuple[list[StateWrite], dict[tuple[str, int], int | ElectionRefused]]:
+        """ElectLeaders: the writes for `partitions` (every partition when None), and for each
+        partition the leader it gets or why it gets none."""
+        if partitions is None:
+            partitions = [
+                (topic, partition)
+                for topic, replicas in sorted(self.assignments.items())
+                for partition in range(len(replicas))
+            ]
+        writes: list[StateWrite] = []
+        outcomes: dict[tuple[str, int], int | ElectionRefused] = {}
+        for topic, partition in partitions:
+            replicas = self.assignments.get(topic, ())
+            cached = self.states.get((topic, partition))
+            if not 0 <= partition < len(replicas) or cached is None:
+                outcomes[topic, partition] = ElectionRefused.UNKNOWN_PARTITION
+                continue
+            current, version = cached
+            state = elected_state(replicas[partition], current, self.live, election, self.controller_epoch)
+            if isinstance(state, ElectionRefused):
+                outcomes[topic, partition] = state
+                continue
+            writes.append(StateWrite(topic, partition, state, version))
+            self.states[topic, partition] = (state, version + 1)
+            outcomes[topic, partition] = state.leader
+        return writes, outcomes
 
     def state_changed(self, topic: str, partition: int, state: PartitionState, version: int) -> None:
         """A state written by someone else (a leader changing its ISR): cache it."""

@@ -4,7 +4,8 @@ in the foreground, until SIGTERM or Ctrl-C.
 Each broker writes to `DIR/broker-N.log`, whose first line is the command that started it, so a
 broker killed by hand (a fault to watch) can be started again with the same port, data dir and
 id. ZooKeeper keeps its state in `DIR/zookeeper`, removed on stop: the cluster lives as long as
-the command.
+the command. With `metrics` (host, base port), broker N serves Prometheus metrics on the base
+port + N - 1 (each on a free port for base 0); `settings` go to every broker as `--set`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -32,6 +33,7 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 POLL_S = 0.1
 RESTART_PREFIX = "# start this broker again with: "
+METRICS_LINE = "onceflow broker metrics on "
 
 
 class LaunchError(Exception):
@@ -59,7 +61,24 @@ class LaunchedBroker:
         return f"{HOST}:{self.port}"
 
 
-def broker_command(broker_id: int, port: int, data_dir: Path, zookeeper: str, brokers: int) -> list[str]:
+@dataclass(frozen=True)
+class BrokerOptions:
+    """What `cluster run` passes to every broker besides its own address and id."""
+
+    metrics: tuple[str, int] | None = None  # host and base port
+    settings: Sequence[str] = ()  # KEY=VALUE, after the launcher's own
+
+    def metrics_address(self, broker_id: int) -> str | None:
+        if self.metrics is None:
+            return None
+        host, base = self.metrics
+        return f"{host}:{base + broker_id - 1 if base else 0}"
+
+
+def broker_command(
+    broker_id: int, port: int, data_dir: Path, zookeeper: str, brokers: int, options: BrokerOptions
+) -> list[str]:
+    metrics = options.metrics_address(broker_id)
     return [
         sys.executable,
         "-m",
@@ -77,6 +96,8 @@ def broker_command(broker_id: int, port: int, data_dir: Path, zookeeper: str, br
         f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
         "--set",
         f"default.replication.factor={min(3, brokers)}",
+        *(["--metrics", metrics] if metrics else []),
+        *(argument for setting in options.settings for argument in ("--set", setting)),
     ]
 
 
@@ -87,10 +108,14 @@ def restart_line(command: list[str]) -> str:
     return shlex.join(prefix + command)
 
 
-def run_cluster(brokers: int, data_dir: Path, out: Callable[[str], None]) -> int:
+def run_cluster(
+    brokers: int, data_dir: Path, out: Callable[[str], None], options: BrokerOptions = BrokerOptions()
+) -> int:
     """Start, print the addresses, wait for a signal, stop everything. Raises LaunchError."""
     if brokers < 1:
         raise LaunchError(f"--brokers must be at least 1, got {brokers}", exit_code=2)
+    if options.metrics is not None and options.metrics[1] and options.metrics[1] + brokers - 1 > 65535:
+        raise LaunchError(f"--metrics: ports {options.metrics[1]}.. run past 65535", exit_code=2)
     data_dir = data_dir.resolve()
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -119,10 +144,12 @@ def run_cluster(brokers: int, data_dir: Path, out: Callable[[str], None]) -> int
         assert zookeeper.process is not None
         out(f"zookeeper pid {zookeeper.process.pid} listening on {zookeeper.connect_string}")
         for broker_id in range(1, brokers + 1):
-            launched.append(_start_broker(broker_id, data_dir, zookeeper.connect_string, brokers))
+            launched.append(_start_broker(broker_id, data_dir, zookeeper.connect_string, brokers, options))
         for broker in launched:
             _wait_listening(broker)
             out(f"broker {broker.broker_id} pid {broker.process.pid} listening on {broker.address}")
+            if options.metrics is not None:
+                out(f"broker {broker.broker_id} metrics on {_metrics_url(broker)}")
         wait_registered(zookeeper.connect_string, brokers)
         out(f"cluster ready: bootstrap {','.join(broker.address for broker in launched)}")
         _watch(launched, out)
@@ -139,11 +166,13 @@ def run_cluster(brokers: int, data_dir: Path, out: Callable[[str], None]) -> int
     return 0
 
 
-def _start_broker(broker_id: int, data_dir: Path, zookeeper: str, brokers: int) -> LaunchedBroker:
+def _start_broker(
+    broker_id: int, data_dir: Path, zookeeper: str, brokers: int, options: BrokerOptions
+) -> LaunchedBroker:
     # Below the ephemeral range: the command in the broker's log starts it again on this port
     # after a kill, which a client connection's local port could otherwise have taken.
     port = restartable_port() or free_port()
-    command = broker_command(broker_id, port, data_dir / f"broker-{broker_id}", zookeeper, brokers)
+    command = broker_command(broker_id, port, data_dir / f"broker-{broker_id}", zookeeper, brokers, options)
     log_path = data_dir / f"broker-{broker_id}.log"
     with log_path.open("wb") as log:
         log.write(f"{RESTART_PREFIX}{restart_line(command)}\n".encode())
@@ -165,6 +194,18 @@ def _wait_listening(broker: LaunchedBroker) -> None:
             raise LaunchError(f"broker {broker.broker_id} did not start: {_log_tail(broker)}")
         if time.monotonic() > deadline:
             raise LaunchError(f"broker {broker.broker_id} did not start in {START_TIMEOUT_S:.0f} s")
+        time.sleep(POLL_S)
+
+
+def _metrics_url(broker: LaunchedBroker) -> str:
+    """The address the broker printed after its listening line (the port it got, for port 0)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        for line in broker.log_path.read_text(errors="replace").splitlines():
+            if line.startswith(METRICS_LINE):
+                return line.removeprefix(METRICS_LINE)
+        if broker.process.poll() is not None or time.monotonic() > deadline:
+            raise LaunchError(f"broker {broker.broker_id} did not serve metrics: {_log_tail(broker)}")
         time.sleep(POLL_S)
 
 

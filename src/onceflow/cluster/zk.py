@@ -29,7 +29,14 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from onceflow.cluster.controller import CREATE, ControllerStateMachine, Replicas, StateWrite
+from onceflow.cluster.controller import (
+    CREATE,
+    ControllerStateMachine,
+    Election,
+    ElectionRefused,
+    Replicas,
+    StateWrite,
+)
 from onceflow.cluster.errors import (
     AssignmentChangedError,
     BrokerIdTakenError,
@@ -66,6 +73,7 @@ from onceflow.cluster.znodes import (
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_ERROR_S = 0.2
+ELECTION_ATTEMPTS = 3  # a state written by someone else meanwhile: read again and retry
 
 
 class ZooKeeperCluster:
@@ -95,7 +103,9 @@ class ZooKeeperCluster:
         self._waiters: list[tuple[Callable[[ClusterView], bool], asyncio.Future[None]]] = []
         self._follower: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
-        # Only touched on the worker thread that reads and writes, one read at a time.
+        # Only touched on a worker thread holding the lock: the reads and writes that follow the
+        # cluster, and the elections ElectLeaders asks for.
+        self._controller_lock = threading.Lock()
         self._controller: ControllerStateMachine | None = None
         self._controller_epoch_version = -1
         self._topic_configs: Mapping[str, Mapping[str, str]] = {}
@@ -104,10 +114,16 @@ class ZooKeeperCluster:
     async def join(self, host: str, port: int) -> None:
         """Register this broker (an ephemeral /brokers/ids/N) and wait for the first view."""
         self._loop = asyncio.get_running_loop()
-        try:
-            await asyncio.to_thread(self._client.start, self._timeout_s)
-        except KazooTimeoutError as error:
-            raise ClusterError(f"cannot reach ZooKeeper at {self.connect}") from error
+        # kazoo warns of every failed attempt to connect; an unreachable ZooKeeper is one line.
+        with _KazooWarnings() as warnings:
+            try:
+                await asyncio.to_thread(self._client.start, self._timeout_s)
+            except KazooTimeoutError as error:
+                await asyncio.to_thread(self._close)
+                why = f" ({warnings.last})" if warnings.last else ""
+                raise ClusterError(
+                    f"cannot reach ZooKeeper at {self.connect} within {self._timeout_s:g} s{why}"
+                ) from error
         self._registration = BrokerRegistration(self.broker_id, host, port)
         try:
             # A killed broker's session, and its registration, last a session timeout (ZooKeeper
@@ -196,7 +212,7 @@ class ZooKeeperCluster:
             try:
                 view, again = await asyncio.to_thread(self._read_and_act)
             except (KazooException, KazooTimeoutError, ClusterError) as error:
-                log.warning("reading the cluster's znodes failed (%s); trying again", error)
+                log.warning("reading the cluster's znodes failed (%s); trying again", reason(error))
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
                 self._changed.set()
                 continue
@@ -232,15 +248,16 @@ class ZooKeeperCluster:
     def _read_and_act(self) -> tuple[ClusterView, bool]:
         """On a worker thread: read every znode (setting watches), then, on the controller, make
         the controller's writes. Returns the view and whether to read again at once."""
-        if self._session_lost:
-            self._session_lost = False
-            self._controller = None
-            self._register()
-        view = self._read()
-        if view.controller_id != self.broker_id:
-            self._controller = None
-            return view, False
-        return view, self._act_as_controller(view)
+        with self._controller_lock:
+            if self._session_lost:
+                self._session_lost = False
+                self._controller = None
+                self._register()
+            view = self._read()
+            if view.controller_id != self.broker_id:
+                self._controller = None
+                return view, False
+            return view, self._act_as_controller(view)
 
     def _read(self) -> ClusterView:
         return read_view(self._client, self._mark_changed, self._controller_znodes)
@@ -349,10 +366,48 @@ class ZooKeeperCluster:
             transaction.set_data(path, write.state.encode(), version=write.expected_version)
         failures = [result for result in transaction.commit() if isinstance(result, Exception)]
         if failures:
-            log.warning("writing %s failed (%s); reading the cluster again", path, failures[0])
+            log.warning("writing %s failed (%s); reading the cluster again", path, reason(failures[0]))
             return False
         log.info("%s-%d: %s", write.topic, write.partition, write.state)
         return True
+
+    # -- elections asked for ------------------------------------------------------------------
+    async def elect_leaders(
+        self, partitions: list[tuple[str, int]] | None, election: Election, timeout_s: float
+    ) -> dict[tuple[str, int], int | ElectionRefused] | None:
+        """ElectLeaders on the controller: each partition's new leader, or why it has none (every
+        partition when `partitions` is None), once this broker's view shows the new leaders or
+        the timeout passed; None when this broker is not the controller."""
+        try:
+            outcomes = await asyncio.to_thread(self._elect, partitions, election)
+        except (KazooException, KazooTimeoutError) as error:
+            raise ClusterError(f"electing leaders failed: {reason(error)}") from error
+        if outcomes is None:
+            return None
+        elected = {key: leader for key, leader in outcomes.items() if isinstance(leader, int)}
+        self._mark_changed()
+        await self.wait_for(
+            lambda view: all(view.leader(*key) == leader for key, leader in elected.items()), timeout_s
+        )
+        return outcomes
+
+    def _elect(
+        self, partitions: list[tuple[str, int]] | None, election: Election
+    ) -> dict[tuple[str, int], int | ElectionRefused] | None:
+        with self._controller_lock:
+            for _ in range(ELECTION_ATTEMPTS):
+                if self._controller is None:
+                    view = self._read()
+                    if view.controller_id != self.broker_id:
+                        return None
+                    self._act_as_controller(view)  # a new state machine, from what ZooKeeper holds
+                    if self._controller is None:
+                        continue
+                writes, outcomes = self._controller.elect(partitions, election)
+                if all(self._write_state(write) for write in writes):
+                    return outcomes
+                self._controller = None
+        raise ClusterError("the partitions' states kept changing during the election; ask again")
 
     # -- a leader's ISR changes --------------------------------------------------------------
     async def change_isr(self, topic: str, partition: int, isr: tuple[int, ...]) -> bool:
@@ -368,7 +423,7 @@ class ZooKeeperCluster:
         try:
             await asyncio.to_thread(self._client.set, path, new_state.encode(), version)
         except (KazooException, KazooTimeoutError) as error:
-            log.warning("changing the ISR of %s-%d failed (%s)", topic, partition, error)
+            log.warning("changing the ISR of %s-%d failed (%s)", topic, partition, reason(error))
             return False
         return True
 
@@ -602,6 +657,40 @@ def _read_controller(client: KazooClient) -> tuple[int, int]:
         return controller_id, int(client.get(CONTROLLER_EPOCH)[0])
     except NoNodeError:
         return controller_id, 0
+
+
+def reason(error: BaseException) -> str:
+    """What an error says, for a log line: kazoo's errors mostly carry no message."""
+    if isinstance(error, BadVersionError):
+        return "the znode changed since this broker read it"
+    if isinstance(error, NoNodeError):
+        return "the znode is gone"
+    return str(error) or type(error).__name__
+
+
+class _KazooWarnings(logging.Handler):
+    """While in use, kazoo's log records are kept instead of printed; `last` is the last
+    warning's reason (its message after "Connection dropped: ")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last = ""
+        self._logger = logging.getLogger("kazoo")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Connection dropped: "):
+            self.last = message.removeprefix("Connection dropped: ")
+
+    def __enter__(self) -> _KazooWarnings:
+        self._propagate = self._logger.propagate
+        self._logger.addHandler(self)
+        self._logger.propagate = False
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._logger.removeHandler(self)
+        self._logger.propagate = self._propagate
 
 
 def _setter(event: threading.Event) -> Callable[[Any], None]:

@@ -363,6 +363,29 @@ class TransactionCoordinator:
             now_ms,
         )
 
+    def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Whether each partition is in the producer's open transaction (AddPartitionsToTxn v4+
+        with verify_only, as a partition leader asks under KIP-890): Kafka's answers, TRANSACTION_
+        ABORTABLE for a partition that is not. It writes nothing."""
+        wanted = list(partitions)
+        metadata = self.transactions.get(transactional_id)
+        error = self._check_session(transactional_id, producer_id, producer_epoch)
+        if error != ErrorCode.none or metadata is None:
+            return dict.fromkeys(wanted, error)
+        ongoing = metadata.state == TxnState.ONGOING
+        return {
+            partition: ErrorCode.none
+            if ongoing and partition in metadata.partitions
+            else ErrorCode.transaction_abortable
+            for partition in wanted
+        }
+
     def add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str, now_ms: int
     ) -> TxnReply[ErrorCode]:

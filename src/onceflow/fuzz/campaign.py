@@ -44,7 +44,7 @@ JANITOR_INTERVAL_S = 10.0
 FRAMES_KEPT_PER_CONNECTION = 3
 CONNECTIONS_REMEMBERED = 4096
 MAX_TRIAGES = 20
-BROKER_SETTINGS = {"group.initial.rebalance.delay.ms": "0", "transaction.timeout.ms": "10000"}
+BROKER_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
 
 
 @dataclass

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from onceflow.admin.client import check_reachable
@@ -16,6 +18,21 @@ from onceflow.lab import controls, faults
 from onceflow.lab.presets import PRESETS
 
 REACH_TIMEOUT_S = 5.0
+
+
+def progress_log() -> Callable[[str], None]:
+    """Where the lab's progress lines go: stderr, each with the time and nothing else. On a
+    terminal rich's log (it colours and wraps); piped, one plain line per message, unwrapped,
+    so that a log file or grep gets whole lines."""
+    if sys.stderr.isatty():
+        from rich.console import Console
+
+        return Console(stderr=True, log_path=False).log
+
+    def log(message: str) -> None:
+        print(f"[{datetime.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+    return log
 
 
 def add_lab_arguments(lab: argparse.ArgumentParser) -> None:
@@ -119,12 +136,9 @@ def run_lab_command(args: argparse.Namespace) -> int:
         print("onceflow: broker-crash needs the lab's own broker (drop --bootstrap)", file=sys.stderr)
         return 2
     # Imported here: building the parser for every onceflow command should stay cheap.
-    from rich.console import Console
-
     from onceflow.lab import broker_metrics, report
     from onceflow.lab.runner import run_lab
 
-    console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="onceflow-lab-") as scratch:
         workdir = args.workdir or Path(scratch)
         results = run_lab(
@@ -134,7 +148,7 @@ def run_lab_command(args: argparse.Namespace) -> int:
             args.seed,
             workdir,
             args.bootstrap,
-            log=console.log,
+            log=progress_log(),
             broker_fault=args.broker_fault,
             produce_s=args.seconds,
         )
@@ -168,15 +182,12 @@ def bootstrap_error(bootstrap: str | None) -> AdminError | None:
 
 
 def _run_matrix(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from onceflow.lab import matrix, report
 
     chosen = set(args.failure or [failure.key for failure in matrix.FAILURES])
     failures = [failure for failure in matrix.FAILURES if failure.key in chosen]
     guarantees = list(dict.fromkeys(args.guarantee or PRESETS))
     cells = [(f, g) for f in failures for g in guarantees if matrix.applies(f, g)]
-    console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="onceflow-matrix-") as scratch:
         rows = matrix.run_cells(
             cells,
@@ -185,7 +196,7 @@ def _run_matrix(args: argparse.Namespace) -> int:
             args.bootstrap,
             args.messages,
             args.seconds,
-            log=console.log,
+            log=progress_log(),
         )
     matrix.print_matrix(rows)
     if args.json:
@@ -200,13 +211,10 @@ def _run_matrix(args: argparse.Namespace) -> int:
 
 
 def _run_broker_table(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from onceflow.lab import broker_table, report
 
-    console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="onceflow-broker-table-") as scratch:
-        rows = broker_table.run_broker_table(args.workdir or Path(scratch), log=console.log)
+        rows = broker_table.run_broker_table(args.workdir or Path(scratch), log=progress_log())
     broker_table.print_table(rows)
     if args.json:
         args.json.write_text(json.dumps({"broker_table": rows}, indent=2) + "\n", encoding="utf-8")

@@ -31,6 +31,9 @@ class LogConfig:
     # as the producer sent them.
     compression_type: str = "producer"
     compression_levels: tuple[tuple[str, int], ...] = ()  # (codec, level) set by the topic
+    # A segment rolls on the first append once it is older than this, less its jitter (roll.py).
+    segment_ms: int = 7 * 24 * 3_600_000
+    segment_jitter_ms: int = 0
 
     # Cached: appends ask for every batch (the frozen dataclass's fields never change).
     @functools.cached_property
@@ -63,9 +66,10 @@ class LogConfig:
             changes[key.field] = value
         for name in ("log.cleanup.policy", "cleanup.policy"):
             if name in props:
+                # Empty is allowed, as Kafka's ValidList allows it: neither deleted nor compacted.
                 policy = str(props[name]).strip()
-                if not _policies(policy) or not _policies(policy) <= {"compact", "delete"}:
-                    raise ValueError(f"{name} must be delete, compact or both, got {policy!r}")
+                if not _policies(policy) <= {"compact", "delete"}:
+                    raise ValueError(f"{name} must be delete, compact, both or empty, got {policy!r}")
                 changes["cleanup_policy"] = policy
         for name in ("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio"):
             if name in props:
@@ -115,6 +119,12 @@ _KEYS = (
     _Key("delete.retention.ms", "delete_retention_ms", 0),
     _Key("log.cleaner.min.compaction.lag.ms", "min_compaction_lag_ms", 0),
     _Key("min.compaction.lag.ms", "min_compaction_lag_ms", 0),
+    _Key("log.roll.hours", "segment_ms", 1, scale=3_600_000),
+    _Key("log.roll.ms", "segment_ms", 1),
+    _Key("segment.ms", "segment_ms", 1),
+    _Key("log.roll.jitter.hours", "segment_jitter_ms", 0, scale=3_600_000),
+    _Key("log.roll.jitter.ms", "segment_jitter_ms", 0),
+    _Key("segment.jitter.ms", "segment_jitter_ms", 0),
 )
 
 

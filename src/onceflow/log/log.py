@@ -29,6 +29,7 @@ from onceflow.log.producer_state import (
     list_snapshots,
     write_snapshot,
 )
+from onceflow.log.roll import rolls_by_time
 from onceflow.log.scan import CorruptRange
 from onceflow.log.segment import MAX_RELATIVE_OFFSET, NOTHING_FETCHED, FetchedBatches, LogSegment, SegmentMark
 from onceflow.log.transaction_index import AbortedTransaction, aborted_entry
@@ -223,7 +224,7 @@ class PartitionLog:
         aborted = self._aborted_by(headers, base_offsets, view) if any(h.is_control for h in headers) else []
         epochs = self.leader_epochs.entries
         try:
-            active = self._segment_for(len(records), last_offset)
+            active = self._segment_for(len(records), last_offset, headers, now_ms)
             if aborted:
                 active.txn_index.open()  # an append must not fail half-way for a descriptor
             if replicated:
@@ -336,12 +337,18 @@ class PartitionLog:
                 entries.append(entry)
         return entries
 
-    def _segment_for(self, size: int, last_offset: int) -> LogSegment:
+    def _segment_for(
+        self, size: int, last_offset: int, headers: list[BatchHeader], now_ms: int
+    ) -> LogSegment:
         """The segment an append of `size` bytes ending at `last_offset` goes to: the active one,
-        or a new one when it would outgrow segment.bytes or int32 relative offsets."""
+        or a new one when it would outgrow segment.bytes or int32 relative offsets, or is older
+        than segment.ms (`roll.py`)."""
         active = self._segments[-1]
-        too_big = active.size + size > self.config.segment_bytes
-        if active.size and (too_big or last_offset - active.base_offset > MAX_RELATIVE_OFFSET):
+        if active.size and (
+            active.size + size > self.config.segment_bytes
+            or last_offset - active.base_offset > MAX_RELATIVE_OFFSET
+            or rolls_by_time(active, self.config, headers, now_ms)
+        ):
             return self._roll()
         return active
 

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import os
 import struct
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -117,6 +118,11 @@ class LogSegment:
         self.next_offset = base_offset
         self.max_timestamp = -1
         self._bytes_since_index_entry = 0
+        # What a roll by time counts from (`roll.py`): the first batch's max timestamp (read
+        # when first asked for), else the time the segment was made or opened, as Kafka's.
+        self._first_batch_timestamp: int | None = None
+        self.created_ms = int(time.time() * 1000)
+        self.roll_jitter_ms: int | None = None  # drawn at the first check, from segment.jitter.ms
         # Written by whichever thread runs `sync`.
         self.synced_size = 0
         self.truncations = 0  # a sync begun before one covers none of what follows it
@@ -156,6 +162,14 @@ class LogSegment:
         if self.max_timestamp >= 0:
             return self.max_timestamp
         return int(os.fstat(self._fd).st_mtime * 1000)
+
+    @property
+    def first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp: -1 when it has none, or the segment is empty."""
+        if self._first_batch_timestamp is None and self.size >= HEADER_SIZE:
+            header = parse_batch_header(os.pread(self._fd, HEADER_SIZE, 0), 0)
+            self._first_batch_timestamp = header.max_timestamp
+        return -1 if self._first_batch_timestamp is None else self._first_batch_timestamp
 
     # -- recovery ---------------------------------------------------------------------------
 
@@ -254,6 +268,8 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         self.size = start
         self.corrupt = [found for found in self.corrupt if found.end_position <= start]
+        if start == 0:
+            self._first_batch_timestamp = None
         for item in walk_batches(self._fd, start, file_size, self.next_offset, verify, hints):
             if isinstance(item, CorruptRange):
                 if item.position == start and start > 0:
@@ -316,6 +332,8 @@ class LogSegment:
         The time index entry includes this batch, so every batch at or before its offset has
         a max timestamp no larger than the entry's."""
         self.max_timestamp = max(self.max_timestamp, max_timestamp)
+        if position == 0:
+            self._first_batch_timestamp = max_timestamp
         if self._bytes_since_index_entry > interval:
             self.index.append(base_offset, position)
             self.time_index.maybe_append(self.max_timestamp, base_offset)

@@ -10,8 +10,7 @@ Every key of Kafka 4.0's topic ConfigDef is listed here, in one of three kinds:
   INVALID_CONFIG with a message saying that the broker does not support it, rather than a topic
   that silently behaves otherwise (a client asking for LogAppendTime must not get CreateTime).
 
-`segment.ms` is known but refused whatever its value: segments roll by size only.
-Any other key is INVALID_CONFIG, as in Kafka.
+Any other key is INVALID_CONFIG, as in Kafka (with the closest known key, if one is close).
 """
 
 from __future__ import annotations
@@ -20,26 +19,10 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from onceflow.log.config_checks import ConfigType, did_you_mean, value_problem
 from onceflow.log.errors import InvalidConfigError
 
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-LONG_MAX = str(_INT64_MAX)
-
-
-class ConfigType(enum.IntEnum):
-    """DescribeConfigs' config_type (v3+), after Kafka's ConfigDef.Type."""
-
-    UNKNOWN = 0
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
-    CLASS = 8
-    PASSWORD = 9
+LONG_MAX = str(2**63 - 1)
 
 
 class Support(enum.Enum):
@@ -62,8 +45,6 @@ class TopicKey:
     choices: tuple[str, ...] = ()
     # Why ONLY_DEFAULT refuses other values.
     unsupported: str = ""
-    # False for a key that no value describes (segment.ms: segments never roll by time).
-    described: bool = True
 
 
 _A, _N, _O = Support.APPLIED, Support.NO_EFFECT, Support.ONLY_DEFAULT
@@ -82,6 +63,8 @@ TOPIC_KEYS: dict[str, TopicKey] = {
         # Applied; LogConfig checks the ranges, and the defaults come from the broker's config.
         TopicKey("segment.bytes", _I, _A, broker_key="log.segment.bytes"),
         TopicKey("index.interval.bytes", _I, _A, broker_key="log.index.interval.bytes"),
+        TopicKey("segment.ms", _L, _A, broker_key="log.roll.ms", minimum=1),
+        TopicKey("segment.jitter.ms", _L, _A, broker_key="log.roll.jitter.ms", minimum=0),
         TopicKey("retention.ms", _L, _A, broker_key="log.retention.ms"),
         TopicKey("retention.bytes", _L, _A, broker_key="log.retention.bytes"),
         TopicKey("max.message.bytes", _I, _A, broker_key="message.max.bytes"),
@@ -153,21 +136,12 @@ TOPIC_KEYS: dict[str, TopicKey] = {
             "false",
             unsupported="this broker does not support tiered storage",
         ),
-        TopicKey(
-            "segment.ms",
-            _L,
-            _O,
-            minimum=1,
-            unsupported="this broker rolls segments by size only (segment.bytes)",
-            described=False,
-        ),
         # Accepted, with nothing a client of a single plain broker could observe.
         # The cleaner runs every log.cleaner.backoff.ms whatever the dirty ratio's age.
         TopicKey("max.compaction.lag.ms", _L, _N, LONG_MAX, minimum=1),
         TopicKey("file.delete.delay.ms", _L, _N, "60000", minimum=0),
         TopicKey("preallocate", _B, _N, "false"),
         TopicKey("segment.index.bytes", _I, _N, "10485760", minimum=4),
-        TopicKey("segment.jitter.ms", _L, _N, "0", minimum=0),
         TopicKey("unclean.leader.election.enable", _B, _N, "false"),
         TopicKey("leader.replication.throttled.replicas", _LIST, _N, ""),
         TopicKey("follower.replication.throttled.replicas", _LIST, _N, ""),
@@ -185,42 +159,9 @@ def validate_topic_configs(configs: Mapping[str, str]) -> None:
     for name, value in configs.items():
         key = TOPIC_KEYS.get(name)
         if key is None:
-            raise InvalidConfigError(f"Unknown topic config name: {name}")
-        problem = _value_problem(key, value)
+            raise InvalidConfigError(f"Unknown topic config name: {name}{did_you_mean(name, TOPIC_KEYS)}")
+        problem = value_problem(key.type, value, key.minimum, key.maximum, key.choices)
         if problem is None and key.support is Support.ONLY_DEFAULT and value.strip() != key.default:
             problem = key.unsupported
         if problem is not None:
             raise InvalidConfigError(f"Invalid value {value} for configuration {name}: {problem}")
-
-
-def _value_problem(key: TopicKey, raw: str) -> str | None:
-    value = raw.strip()
-    number: float
-    if key.type in (ConfigType.INT, ConfigType.LONG):
-        low, high = (_INT32_MIN, _INT32_MAX) if key.type is ConfigType.INT else (_INT64_MIN, _INT64_MAX)
-        try:
-            number = int(value)
-        except ValueError:
-            return f"Not a number of type {key.type.name}"
-        if not low <= number <= high:
-            return f"Not a number of type {key.type.name}"
-    elif key.type is ConfigType.DOUBLE:
-        try:
-            number = float(value)
-        except ValueError:
-            return "Not a number of type DOUBLE"
-    elif key.type is ConfigType.BOOLEAN:
-        if value.lower() not in ("true", "false"):
-            return "Expected value to be either true or false"
-        return None
-    else:
-        items = [item.strip() for item in value.split(",")] if key.type is ConfigType.LIST else [value]
-        unknown = [item for item in items if key.choices and item not in key.choices]
-        if unknown:
-            return f"String must be one of: {', '.join(key.choices)}"
-        return None
-    if key.minimum is not None and number < key.minimum:
-        return f"Value must be at least {key.minimum:g}"
-    if key.maximum is not None and number > key.maximum:
-        return f"Value must be no more than {key.maximum:g}"
-    return None
