@@ -13,6 +13,7 @@ from onceflow.cluster.controller import ReplicationFactorError, assign_replicas
 from onceflow.cluster.errors import AssignmentChangedError, ClusterError, PartitionCountError
 from onceflow.cluster.znodes import TopicAssignment
 from onceflow.log.errors import LogError
+from onceflow.log.manager import NewPartitions
 
 API_KEY = 37
 MIN_VERSION = 0
@@ -25,16 +26,34 @@ def handle(request: Request) -> Any:
     body = request.body
     logs = request.broker.logs
     results = []
+    plans: list[NewPartitions] = []
     for topic in body.topics:
         try:
             if body.validate_only:
                 logs.validate_new_partition_count(topic.name, topic.count)
             else:
-                logs.create_partitions(topic.name, topic.count)
+                plans.append(logs.plan_partitions(topic.name, topic.count))
         except LogError as error:
             results.append(_failed(topic.name, error.error_code, str(error)))
             continue
         results.append({"name": topic.name, "error_code": ErrorCode.none})
+    if plans:
+        return _make_then_answer(request, plans, results)
+    return request.respond(throttle_time=0, results=results)
+
+
+async def _make_then_answer(
+    request: Request, plans: list[NewPartitions], results: list[dict[str, Any]]
+) -> Any:
+    """The partitions are made on disk off the event loop (thousands take seconds), then added."""
+    logs = request.broker.logs
+    for plan in plans:
+        try:
+            await request.broker.run_disk_work(logs.make, plan)
+            logs.add(plan)
+        except LogError as error:
+            failed = _failed(plan.info.name, error.error_code, str(error))
+            results[:] = [failed if result["name"] == plan.info.name else result for result in results]
     return request.respond(throttle_time=0, results=results)
 
 

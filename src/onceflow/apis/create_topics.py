@@ -13,6 +13,7 @@ from onceflow.cluster.controller import ReplicationFactorError, assign_replicas
 from onceflow.cluster.errors import TopicExistsError
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogError
+from onceflow.log.manager import NewPartitions, topic_collision
 
 API_KEY = 19
 MIN_VERSION = 2
@@ -24,9 +25,28 @@ def handle(request: Request) -> Any:
     body = request.body
     if request.broker.cluster is not None:
         return _create_in_cluster(request)
-    return request.respond(
-        throttle_time=0, topics=[_create(request, topic, body.validate_only) for topic in body.topics]
-    )
+    answers = [_plan(request, topic, body.validate_only) for topic in body.topics]
+    if any(isinstance(answer, NewPartitions) for answer in answers):
+        return _make_then_answer(request, answers)
+    return request.respond(throttle_time=0, topics=answers)
+
+
+async def _make_then_answer(request: Request, answers: list[dict[str, Any] | NewPartitions]) -> Any:
+    """The partitions are made on disk off the event loop (thousands take seconds), then added."""
+    logs = request.broker.logs
+    topics = []
+    for answer in answers:
+        if isinstance(answer, NewPartitions):
+            try:
+                await request.broker.run_disk_work(logs.make, answer)
+                info = logs.add(answer)
+            except LogError as error:
+                answer = _failed(answer.info.name, error.error_code, str(error))
+            else:
+                config = answer.config
+                answer = _created(request, info.name, info.topic_id, info.partitions, 1, info.configs, config)
+        topics.append(answer)
+    return request.respond(throttle_time=0, topics=topics)
 
 
 async def _create_in_cluster(request: Request) -> Any:
@@ -66,6 +86,9 @@ def _plan_in_cluster(
     configs = {config.name: config.value for config in topic.configs if config.value is not None}
     if name in view.topics:
         return _failed(name, ErrorCode.topic_already_exists, f"topic {name!r} already exists"), (), configs
+    collision = topic_collision(name, view.topics)
+    if collision is not None:
+        return _failed(name, ErrorCode.invalid_topic_exception, collision), (), configs
     if topic.assignments and (topic.num_partitions != -1 or topic.replication_factor != -1):
         message = "give either assignments or num_partitions and replication_factor"
         return _failed(name, ErrorCode.invalid_request, message), (), configs
@@ -93,7 +116,8 @@ def _plan_in_cluster(
     return result, replicas, configs
 
 
-def _create(request: Request, topic: Any, validate_only: bool) -> dict[str, Any]:
+def _plan(request: Request, topic: Any, validate_only: bool) -> dict[str, Any] | NewPartitions:
+    """The answer, or the partitions to make before answering."""
     broker = request.broker
     name = topic.name
     partitions = topic.num_partitions
@@ -111,15 +135,12 @@ def _create(request: Request, topic: Any, validate_only: bool) -> dict[str, Any]
     if name in broker.logs.topics:
         return _failed(name, ErrorCode.topic_already_exists, f"topic {name!r} already exists")
     try:
-        if validate_only:
-            effective = broker.logs.validate_new_topic(name, partitions, configs)
-            info_id = None
-        else:
-            info_id = broker.logs.create_topic(name, partitions, configs).topic_id
-            effective = broker.logs.topic_config(name)
+        if not validate_only:
+            return broker.logs.plan_topic(name, partitions, configs)
+        effective = broker.logs.validate_new_topic(name, partitions, configs)
     except LogError as error:
         return _failed(name, error.error_code, str(error))
-    return _created(request, name, info_id, partitions, 1, configs, effective)
+    return _created(request, name, None, partitions, 1, configs, effective)
 
 
 def _created(

@@ -25,7 +25,6 @@ DEFAULTS: dict[str, str] = {
     if key.use is Use.APPLIED and key.default is not None
 }
 _BOOLEANS = {"true": True, "false": False}
-_STRING_KEYS = frozenset({"cluster.id", "advertised.listeners", "zookeeper.connect", "compression.type"})
 
 
 class ConfigError(ValueError):

@@ -232,6 +232,11 @@ class Broker:
         self._cleaner_thread.shutdown(wait=True)
         self._record_thread.shutdown(wait=True)
 
+    def run_disk_work(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """`work(*args)` on a thread of the fsync pool: file work too long for the event loop
+        (making thousands of partitions), on files the broker does not use yet."""
+        return asyncio.get_running_loop().run_in_executor(self._fsync_threads, work, *args)
+
     def run_record_work(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """`work(*args)` on the record thread: pure work on bytes it was given, never the logs."""
         return asyncio.get_running_loop().run_in_executor(self._record_thread, work, *args)

@@ -23,7 +23,7 @@ import resource
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +75,16 @@ class TopicInfo:
     configs: dict[str, str]
 
 
+@dataclass
+class NewPartitions:
+    """Partitions planned, made on disk by `LogManager.make`, not yet part of the broker."""
+
+    info: TopicInfo  # the topic once they are added
+    partitions: range
+    config: LogConfig
+    logs: list[PartitionLog] = dataclasses.field(default_factory=list)
+
+
 class LogManager:
     def __init__(self, data_dir: Path, broker_config: LogConfig, now_ms: int) -> None:
         """Take the directory lock, then open every partition with recovery."""
@@ -86,6 +96,7 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         self._last_checkpoint: dict[tuple[str, int], int] | None = None
         self._closed = False
+        self._making: set[str] = set()  # topics whose new partitions are being made on disk
         # Called (from any thread) when a log goes offline: its files and memory may disagree.
         self.on_failure: Callable[[str], None] = _log.critical
         try:
@@ -159,8 +170,11 @@ class LogManager:
     def validate_new_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> LogConfig:
         """Raise what `create_topic` would raise; return the topic's effective config."""
         validate_topic_name(name)
-        if name in self.topics:
+        if name in self.topics or name in self._making:
             raise TopicExistsError(f"topic '{name}' already exists")
+        collision = topic_collision(name, self.topics)
+        if collision is not None:
+            raise InvalidTopicError(collision)
         if partitions < 1:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
         _check_partitions_per_request(partitions)
@@ -172,13 +186,19 @@ class LogManager:
         self, name: str, partitions: int, configs: Mapping[str, str], topic_id: uuid.UUID | None = None
     ) -> TopicInfo:
         """A new topic; in a cluster, with the id every broker shares."""
+        plan = self.plan_topic(name, partitions, configs, topic_id)
+        self.make(plan)
+        return self.add(plan)
+
+    def plan_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str], topic_id: uuid.UUID | None = None
+    ) -> NewPartitions:
+        """A new topic, checked and its name taken, to be made on disk (`make`, on any thread:
+        thousands of partitions take seconds) and then added (`add`), or let go (`drop`)."""
         config = self.validate_new_topic(name, partitions, configs)
         info = TopicInfo(name, topic_id or uuid.uuid4(), partitions, dict(configs))
-        self._open_new_partitions(name, range(partitions), config)
-        self.topics[name] = info
-        self.names_by_topic_id[info.topic_id] = name
-        self._write_topics()
-        return info
+        self._making.add(name)
+        return NewPartitions(info, range(partitions), config)
 
     def delete_topic(self, name: str) -> None:
         info = self.topics.get(name)
@@ -198,6 +218,8 @@ class LogManager:
         info = self.topics.get(name)
         if info is None:
             raise UnknownTopicError(f"unknown topic '{name}'")
+        if name in self._making:
+            raise InvalidPartitionsError(f"partitions of '{name}' are being created; ask again")
         if new_total <= info.partitions:
             raise InvalidPartitionsError(
                 f"topic '{name}' has {info.partitions} partitions; the count can only grow, "
@@ -208,10 +230,68 @@ class LogManager:
         return info
 
     def create_partitions(self, name: str, new_total: int) -> None:
+        plan = self.plan_partitions(name, new_total)
+        self.make(plan)
+        self.add(plan)
+
+    def plan_partitions(self, name: str, new_total: int) -> NewPartitions:
+        """New partitions of a topic, as `plan_topic`."""
         info = self.validate_new_partition_count(name, new_total)
-        self._open_new_partitions(name, range(info.partitions, new_total), self.topic_config(name))
-        self.topics[name] = dataclasses.replace(info, partitions=new_total)
-        self._write_topics()
+        self._making.add(name)
+        return NewPartitions(
+            dataclasses.replace(info, partitions=new_total),
+            range(info.partitions, new_total),
+            self.topic_config(name),
+        )
+
+    def make(self, plan: NewPartitions) -> None:
+        """Open every planned partition on disk, or none: a failure removes those already made
+        (and lets the plan go). Touches nothing the broker uses, so any thread may run it."""
+        try:
+            for partition in plan.partitions:
+                directory = self._partition_dir(plan.info.name, partition)
+                if directory.exists():
+                    _set_aside(directory)
+                # A new, empty partition has no producers whose expiry depends on the clock.
+                plan.logs.append(PartitionLog.open(directory, plan.config, 0, now_ms=0))
+        except OSError as error:
+            self.drop(plan)
+            raise LogError(
+                ErrorCode.kafka_storage_error, f"cannot create the partitions of {plan.info.name!r}: {error}"
+            ) from error
+
+    def add(self, plan: NewPartitions) -> TopicInfo:
+        """The partitions made, now part of the broker; topics.json is the commit point."""
+        before = self.topics.get(plan.info.name)
+        self.topics[plan.info.name] = plan.info
+        try:
+            self._write_topics()
+        except OSError as error:
+            if before is None:
+                del self.topics[plan.info.name]
+            else:
+                self.topics[plan.info.name] = before
+            self.drop(plan)
+            raise LogError(
+                ErrorCode.kafka_storage_error, f"cannot record the partitions of {plan.info.name!r}: {error}"
+            ) from error
+        self._making.discard(plan.info.name)
+        self.names_by_topic_id[plan.info.topic_id] = plan.info.name
+        for partition, log in zip(plan.partitions, plan.logs, strict=True):
+            self._adopt(plan.info.name, partition, log)
+        return plan.info
+
+    def drop(self, plan: NewPartitions) -> None:
+        """Let a plan go: what `make` opened is closed and removed (what cannot be removed now is
+        set aside at the next start: no topic owns it)."""
+        self._making.discard(plan.info.name)
+        for log in plan.logs:
+            log.close(flush=False)
+        with contextlib.suppress(OSError):
+            for partition in plan.partitions[: len(plan.logs) + 1]:
+                if self._partition_dir(plan.info.name, partition).exists():
+                    _remove_dir(self._partition_dir(plan.info.name, partition))
+        plan.logs.clear()
 
     def alter_topic_configs(self, name: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
         """Replace the topic's own configs (AlterConfigs): checked as at creation, written to
@@ -270,29 +350,6 @@ class LogManager:
                 f"{new_partitions} new partitions do not fit the broker's open-file limit of {limit} "
                 f"({open_segments} segments open, room for {room} more partitions); raise `ulimit -n`"
             )
-
-    def _open_new_partitions(self, name: str, partitions: range, config: LogConfig) -> None:
-        """Open every new partition, or none: a failure closes and removes those already made."""
-        opened: list[int] = []
-        try:
-            for partition in partitions:
-                directory = self._partition_dir(name, partition)
-                if directory.exists():
-                    _set_aside(directory)
-                # A new, empty partition has no producers whose expiry depends on the clock.
-                self._adopt(name, partition, PartitionLog.open(directory, config, 0, now_ms=0))
-                opened.append(partition)
-        except OSError as error:
-            for partition in opened:
-                self._logs.pop((name, partition)).close(flush=False)
-            # What cannot be removed now is set aside at the next start: no topic owns it.
-            with contextlib.suppress(OSError):
-                for partition in partitions[: len(opened) + 1]:
-                    if self._partition_dir(name, partition).exists():
-                        _remove_dir(self._partition_dir(name, partition))
-            raise LogError(
-                ErrorCode.kafka_storage_error, f"cannot create the partitions of {name!r}: {error}"
-            ) from error
 
     def _partition_dir(self, name: str, partition: int) -> Path:
         return self.data_dir / f"{name}-{partition}"
@@ -362,6 +419,15 @@ class LogManager:
             lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
             write_atomically(self.data_dir / RECOVERY_CHECKPOINT_FILE, ("\n".join(lines) + "\n").encode())
             self._last_checkpoint = offsets
+
+
+def topic_collision(name: str, existing: Iterable[str]) -> str | None:
+    """Kafka's rule: '.' and '_' collide in metric names, so "a.b" and "a_b" cannot both exist."""
+    key = name.replace(".", "_")
+    for other in existing:
+        if other != name and other.replace(".", "_") == key:
+            return f"Topic '{name}' collides with existing topic: {other}"
+    return None
 
 
 def validate_topic_name(name: str) -> None:
