@@ -2,7 +2,8 @@
 
 Without a transactional id every call gets a fresh producer id at epoch 0. With one, the
 transaction coordinator bumps the epoch, which fences the previous session (KIP-360 rules),
-and the answer waits until that is durable.
+and the answer waits until that is durable. In a cluster, while the next block of producer ids
+has not come from ZooKeeper, the answer is COORDINATOR_LOAD_IN_PROGRESS (Kafka's, retriable).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ def handle(request: Request) -> Any:
     if transactional_id == "":
         return _answer(request, ErrorCode.invalid_request)
     broker = request.broker
+    if not broker.producer_ids.ready():
+        # The next block of ids has to come from ZooKeeper: the client asks again, and the
+        # event loop never waits for ZooKeeper meanwhile.
+        return _answer(request, ErrorCode.coordinator_load_in_progress)
     if transactional_id is None:
         return _answer(request, ErrorCode.none, broker.producer_ids.allocate(), 0)
     if coordinator_elsewhere(request):

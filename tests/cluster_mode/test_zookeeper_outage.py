@@ -1,0 +1,64 @@
+"""ZooKeeper out of reach (SIGSTOPped) costs a broker nothing it can do without it: an
+InitProducerId that needs a new block of producer ids is answered COORDINATOR_LOAD_IN_PROGRESS at
+once, and every other client keeps being served; once ZooKeeper is back the ids come."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from onceflow.faults.broker_process import paused
+from tests.cluster_mode.conftest import Cluster, create_assigned_topic
+from tests.conftest import wait_until
+from tests.wire import WireClient, make_batch, produce
+
+pytestmark = pytest.mark.zookeeper
+
+MAX_WAIT_S = 1.0  # before, the broker served nothing for 25-34 s
+
+
+class _Producing(threading.Thread):
+    """Another client producing acks=1 to the same broker, timing each answer."""
+
+    def __init__(self, address: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.address, self.topic = address, topic
+        self.slowest, self.answers = 0.0, 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with WireClient(self.address) as wire:
+            while not self.stop.is_set():
+                started = time.perf_counter()
+                assert produce(wire, self.topic, 0, make_batch([b"steady"]), acks=1).error_code == 0
+                self.slowest = max(self.slowest, time.perf_counter() - started)
+                self.answers += 1
+                self.stop.wait(0.02)
+
+
+def test_init_producer_id_during_a_zookeeper_outage_keeps_the_broker_serving(cluster: Cluster) -> None:
+    create_assigned_topic(cluster, "steady", [1])
+    cluster.wait_for_leader("steady")
+    broker = cluster.brokers[1]
+    producing = _Producing(broker.bootstrap_servers, "steady")
+    producing.start()
+    wait_until(lambda: producing.answers > 5, 30)
+    assert cluster.zookeeper.process is not None
+    try:
+        with paused([cluster.zookeeper.process]), WireClient(broker.bootstrap_servers) as wire:
+            for _ in range(3):
+                started = time.perf_counter()
+                answer = wire.init_producer_id()
+                assert time.perf_counter() - started < MAX_WAIT_S
+                assert answer.error_code == ErrorCode.coordinator_load_in_progress
+            answers_before = producing.answers
+            wait_until(lambda: producing.answers > answers_before + 5, 10)
+        with WireClient(broker.bootstrap_servers) as wire:
+            wait_until(lambda: wire.init_producer_id().error_code == ErrorCode.none, 60)
+    finally:
+        producing.stop.set()
+        producing.join(10)
+    assert producing.slowest < MAX_WAIT_S, f"a produce waited {producing.slowest:.2f} s"
