@@ -200,14 +200,20 @@ def test_a_leader_answers_a_followers_session_with_what_changed(cluster: Cluster
 def test_a_fetch_with_another_leader_epoch_is_fenced_and_copies_nothing(cluster: Cluster) -> None:
     # KIP-320: a follower (or consumer) with a stale view of the leadership must neither copy
     # from this leader nor have its fetch offset taken as its log end; in a session too.
-    create_topic_with_assignments(cluster, "sessions", [[1, 2]])
+    create_topic_with_assignments(cluster, "sessions", [[1, 2, 3]])
     cluster.wait_for_leader("sessions", 0)
     with WireClient(cluster.brokers[1].bootstrap_servers) as client:
         assert produce(client, "sessions", 0, make_batch([b"a"]), acks=-1).error_code == 0
-    cluster.brokers[1].kill()  # broker 2 leads, in a later epoch: an older one exists to fence
-    leader_epoch = cluster.wait_for_leader("sessions", 0, not_on=1).leader_epoch
-    assert leader_epoch >= 1
+    # Broker 2 leads, in a later epoch than broker 1's: an older one exists to fence. The test
+    # fetches in the name of broker 3, the other follower.
+    cluster.brokers[1].kill()
+    moved = cluster.wait_for_leader("sessions", 0, not_on=1)
+    leader_epoch = moved.leader_epoch
+    assert leader_epoch >= 1 and moved.leader_id == 2
     with WireClient(cluster.brokers[2].bootstrap_servers) as client:
+        # A broker that is no replica is no follower: it reads nothing past the high watermark.
+        stranger = fetch(client, 0, 0, {0: 0}, 4, leader_epoch=leader_epoch).responses[0].partitions[0]
+        assert stranger.error_code == ErrorCode.not_leader_or_follower and not stranger.records
         answers = {
             epoch: fetch(client, 0, 0, {0: 0}, 3, leader_epoch=epoch).responses[0].partitions[0]
             for epoch in (leader_epoch - 1, leader_epoch, leader_epoch + 1)

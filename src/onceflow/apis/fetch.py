@@ -176,6 +176,10 @@ def _read(
             if log is None:
                 partitions.append(_partition_error(wanted.partition, ErrorCode.unknown_topic_or_partition))
                 continue
+            if follower and not broker.is_replica(name, wanted.partition, replica_id):
+                # A broker that holds no replica reads nothing past the high watermark.
+                partitions.append(_partition_error(wanted.partition, ErrorCode.not_leader_or_follower))
+                continue
             if follower:
                 broker.follower_fetched(name, wanted.partition, replica_id, wanted.fetch_offset)
             hw = broker.high_watermark(name, wanted.partition, log)

@@ -409,6 +409,12 @@ class Broker:
         self._high_watermarks[topic, partition] = hw
         self.appended([partition_log])
 
+    def is_replica(self, topic: str, partition: int, broker_id: int) -> bool:
+        """Whether `broker_id` is assigned a replica of the partition (cluster mode)."""
+        assert self.cluster is not None
+        assignment = self.cluster.view.topics.get(topic)
+        return assignment is not None and broker_id in assignment.replicas[partition]
+
     def follower_fetched(self, topic: str, partition: int, replica_id: int, fetch_offset: int) -> None:
         """A follower fetched at `fetch_offset`: that is its log end now."""
         assert self.cluster is not None
