@@ -37,9 +37,11 @@ def test_a_short_campaign_finds_nothing_and_the_data_survives(
 ) -> None:
     report = run(12, 7, 16, tmp_path / "work", regressions, recorded)
     assert report.requests_sent > 2_000
+    assert report.requests_by_mutation["record_batch"] > 50  # batches that lie inside, CRC right
     assert len(report.requests_by_api_key) >= 20
     assert report.responses > 0 and report.connections_closed_by_broker > 0
     assert report.crashes == 0 and report.internal_errors == 0, report.findings
+    assert report.clean and report.slowest_probe_s < 1 and report.rss_growth_mb < 256
     assert report.sentinel_records == 300
     assert report.sentinel_intact and report.sentinel_intact_after_restart
     assert {path.name for path in regressions.glob("*.hex")} == {
@@ -72,14 +74,16 @@ def test_a_crash_is_found_and_narrowed_to_the_frame_that_causes_it(
     assert report.sentinel_intact and report.sentinel_intact_after_restart
 
 
-def test_an_internal_error_is_found_and_saved_with_its_api(
+def test_an_internal_error_and_a_held_event_loop_are_found(
     recorded: list[bytes], regressions: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The planted bug: the DescribeConfigs handler raises.
-    monkeypatch.setenv("ONCEFLOW_FAILPOINTS", "api.raise.32")
+    # The planted bugs: the DescribeConfigs handler raises, the DescribeGroups one holds the loop.
+    monkeypatch.setenv("ONCEFLOW_FAILPOINTS", "api.raise.32,api.block.15")
     # Long enough that even a loaded machine sends a DescribeConfigs that decodes (5 s once did not).
     report = run(10, 5, 8, tmp_path / "work", regressions, recorded)
     assert report.internal_errors >= 1
     found = [finding for finding in report.findings if finding.kind == "internal-error"]
     assert found and found[0].api_key == 32 and "failpoint api.raise.32" in found[0].detail
     assert Path(found[0].saved_as).parent == regressions
+    assert [finding.kind for finding in report.findings].count("blocked") == 1, report.findings
+    assert report.slowest_probe_s > 1 and not report.clean

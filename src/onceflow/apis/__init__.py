@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import time
 from collections.abc import Awaitable
 from types import ModuleType
 from typing import Any
@@ -46,11 +47,16 @@ def is_supported(api_key: int, api_version: int) -> bool:
 
 # API keys whose handler raises: a planted bug (failpoint api.raise.K) for the fuzzer's tests.
 _RAISING = frozenset(int(key) for key in failpoints.armed_with_prefix("api.raise."))
+# API keys whose handler holds the event loop for 2 s: a planted stall for the fuzzer's monitor.
+_BLOCKING = frozenset(int(key) for key in failpoints.armed_with_prefix("api.block."))
+PLANTED_STALL_S = 2.0
 
 
 def dispatch(request: Request) -> Reply:
     if request.api_key in _RAISING:
         raise RuntimeError(f"failpoint api.raise.{request.api_key}")
+    if request.api_key in _BLOCKING:
+        time.sleep(PLANTED_STALL_S)
     return HANDLERS[request.api_key].handle(request)
 
 

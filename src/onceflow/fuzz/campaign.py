@@ -4,9 +4,11 @@
    written with acks=all.
 2. Many connections send seeded mutations of them (`mutate`) for a given time, one request at a
    time each, and count answers and connections the broker closed.
-3. A monitor watches for a dead or unresponsive broker (a crash) and for tracebacks in its log
-   (internal errors). Each finding is narrowed down to the single frame that causes it, by
-   replaying the connection's last frames one by one, and saved as a regression case.
+3. A monitor watches for a dead or unresponsive broker (a crash), for tracebacks in its log
+   (internal errors), for answers to its probe that take over a second twice in a row (a held
+   event loop) and for the broker's memory growing past 256 MiB. Crashes and internal errors are
+   narrowed down to the single frame that causes them, by replaying the connection's last frames
+   one by one, and saved as regression cases.
 4. The sentinel data must read back byte for byte, before and after a SIGKILL and restart.
 """
 
@@ -44,12 +46,16 @@ JANITOR_INTERVAL_S = 10.0
 FRAMES_KEPT_PER_CONNECTION = 3
 CONNECTIONS_REMEMBERED = 4096
 MAX_TRIAGES = 20
+# What counts as a stall (another client's ApiVersions waited this long, twice in a row) and as
+# memory a request must not cost the broker.
+BLOCKED_S = 1.0
+MEMORY_GROWTH_BYTES = 256 << 20
 BROKER_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
 
 
 @dataclass
 class Finding:
-    kind: str  # crash | internal-error
+    kind: str  # crash | internal-error | blocked | memory
     api_key: int
     frame_hex: str
     saved_as: str
@@ -75,12 +81,15 @@ class FuzzReport:
     sentinel_records: int = 0
     sentinel_intact: bool = False
     sentinel_intact_after_restart: bool = False
+    slowest_probe_s: float = 0.0  # what another client waited, at worst
+    rss_growth_mb: int = 0
 
     @property
     def clean(self) -> bool:
         return (
             self.crashes == 0
             and self.internal_errors == 0
+            and not any(finding.kind in ("blocked", "memory") for finding in self.findings)
             and self.sentinel_intact
             and self.sentinel_intact_after_restart
         )
@@ -220,6 +229,8 @@ class _Fuzzer:
         self.stopping = False
         self.log_offset = 0
         self.signatures: set[str] = set()
+        self.slow_probes = 0
+        self.baseline_rss: int | None = None
 
     async def run(self, seconds: float, connections: int, bootstrap: str, sentinel_topic: str) -> None:
         self.log_offset = self.broker.log_path.stat().st_size
@@ -322,16 +333,44 @@ class _Fuzzer:
             await asyncio.sleep(0.1)  # back off while the broker restarts
 
     async def _check_broker(self) -> None:
-        """A dead or hanging broker is a crash; a traceback in its log is an internal error."""
+        """A dead or hanging broker is a crash; a traceback in its log is an internal error; an
+        event loop held past BLOCKED_S, or memory grown past MEMORY_GROWTH_BYTES, is found too."""
         alive = self.broker.process is not None and self.broker.process.poll() is None
+        started = time.perf_counter()
         # Two probes in a row: on a loaded machine one answer can be late without a hang.
-        answers = alive and (
-            await _responds(self.broker.port, PROBE_TIMEOUT_S)
-            or await _responds(self.broker.port, PROBE_TIMEOUT_S)
-        )
+        answers = alive and await _responds(self.broker.port, PROBE_TIMEOUT_S)
+        took = time.perf_counter() - started
+        if alive and not answers:
+            answers = await _responds(self.broker.port, PROBE_TIMEOUT_S)
         if not answers:
             await self._crashed("exited" if not alive else "stopped answering")
+        else:
+            self._timed(took)
+            self._weighed()
         await self._read_log()
+
+    def _timed(self, took: float) -> None:
+        """A probe that waited past BLOCKED_S twice in a row: the broker held its event loop."""
+        report = self.report
+        report.slowest_probe_s = round(max(report.slowest_probe_s, took), 3)
+        self.slow_probes = self.slow_probes + 1 if took > BLOCKED_S else 0
+        if self.slow_probes == 2 and not any(finding.kind == "blocked" for finding in report.findings):
+            suspects = [frame for recent in list(self.recent.values())[-8:] for frame in recent]
+            self._found("blocked", suspects[-1] if suspects else None, f"a probe waited {took:.1f} s")
+
+    def _weighed(self) -> None:
+        """The broker's resident memory: past its first reading by MEMORY_GROWTH_BYTES, a finding."""
+        assert self.broker.process is not None
+        rss = _resident_bytes(self.broker.process.pid)
+        if rss is None:
+            return
+        if self.baseline_rss is None:
+            self.baseline_rss = rss
+        report = self.report
+        report.rss_growth_mb = max(report.rss_growth_mb, (rss - self.baseline_rss) >> 20)
+        grown = rss - self.baseline_rss > MEMORY_GROWTH_BYTES
+        if grown and not any(finding.kind == "memory" for finding in report.findings):
+            self._found("memory", None, f"the broker grew by {(rss - self.baseline_rss) >> 20} MiB")
 
     async def _crashed(self, how: str) -> None:
         self.report.crashes += 1
@@ -448,6 +487,16 @@ async def _send_one(port: int, frame: bytes) -> None:
             await asyncio.wait_for(_read_frame(reader), 3)
         finally:
             writer.transport.abort()
+
+
+def _resident_bytes(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass  # restarting
+    return None
 
 
 async def _responds(port: int, timeout_s: float) -> bool:

@@ -57,6 +57,8 @@ def print_report(report: FuzzReport) -> None:
         ("connections given up (no answer in time)", f"{report.connections_timed_out:,}"),
         ("crashes", str(report.crashes)),
         ("internal errors", str(report.internal_errors)),
+        ("slowest answer to another client", f"{report.slowest_probe_s:.2f} s"),
+        ("broker memory growth", f"{report.rss_growth_mb} MiB"),
         ("sentinel data intact", _yes(report.sentinel_intact)),
         ("... after SIGKILL and restart", _yes(report.sentinel_intact_after_restart)),
     ]
