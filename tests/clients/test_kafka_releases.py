@@ -22,7 +22,7 @@ from kafka.structs import OffsetAndMetadata
 from onceflow import EmbeddedBroker
 from onceflow.apis import ADVERTISED_VERSIONS, SUPPORTED_VERSIONS
 from onceflow.apis.api_versions import KAFKA_RELEASE
-from tests.conftest import FAST_JOINS
+from tests.conftest import FAST_JOINS, wait_until
 from tests.wire import WireClient
 
 CLAIMED = (4, 1)
@@ -83,13 +83,16 @@ def test_kafka_python_pinned_to_a_release_produces_fetches_joins_groups_and_comm
     plain.close()
 
     consumer = KafkaConsumer(
-        source,
         group_id=name,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         isolation_level="read_committed",
         **common,
     )
+    # Subscribed once its metadata is known: a group leader that assigns before its metadata
+    # has the topic assigns it to nobody, until the next refresh minutes later (a loaded machine).
+    wait_until(lambda: consumer.partitions_for_topic(source), 30)
+    consumer.subscribe([source])
     records = _poll(consumer, 3)
     assert [record.value for record in records] == [b"in-0", b"in-1", b"in-2"]
 
