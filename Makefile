@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup bytecode demo test test-quick lint bench fuzz clean
+.PHONY: setup bytecode demo test test-quick lint bench fuzz soak clean
 
 # `make fuzz FUZZ_SECONDS=60` for a short run.
 FUZZ_SECONDS ?= 1800
@@ -37,6 +37,12 @@ QUICK := not (spark or cluster or chromium or postgres or zookeeper or soak or w
 
 test-quick: lint bytecode
 	$(PY) -m pytest -q -n 3 -m "$(QUICK)"
+
+# The soak tests for longer than `make test` gives them.
+SOAK_SECONDS ?= 60
+
+soak: setup bytecode
+	ONCEFLOW_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest -q -m soak -k soak
 
 bench: setup bytecode
 	$(PY) benchmarks/run.py
