@@ -266,11 +266,18 @@ class PartitionLog:
     def truncate_to(self, offset: int, now_ms: int) -> None:
         """Drop every batch at or after `offset` (a batch boundary at or above the log start
         offset): a follower's divergent suffix. The producer state is rebuilt from the newest
-        snapshot at or below `offset`, as when the log is opened."""
+        snapshot at or below `offset`, as when the log is opened. A cut that fails half-way
+        leaves files and memory apart: the log goes offline (LogDirectoryFailure)."""
         if offset >= self.log_end_offset:
             return
         if offset < self.log_start_offset:
             raise ValueError(f"cannot truncate to {offset}, below the log start {self.log_start_offset}")
+        try:
+            self._truncate_to(offset, now_ms)
+        except OSError as error:
+            raise self._offline(f"cutting it at {offset} failed half-way: {error}") from error
+
+    def _truncate_to(self, offset: int, now_ms: int) -> None:
         keep = max(bisect_right(self._segments, offset - 1, key=_base_offset), 1)
         doomed, self._segments = self._segments[keep:], self._segments[:keep]
         for segment in doomed:
@@ -299,10 +306,17 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and start it empty at `offset` (above its end): a follower whose
         leader's log now starts past it (DeleteRecords or retention there), as Kafka's
-        `truncateFullyAndStartAt`. The new start is durable before anything is deleted."""
+        `truncateFullyAndStartAt`. The new start is durable before anything is deleted; a
+        failure after that takes the log offline (LogDirectoryFailure)."""
         if offset <= self.log_end_offset:
             raise ValueError(f"cannot start at {offset}, not past the log end {self.log_end_offset}")
         write_atomically(self.directory / LOG_START_OFFSET_FILE, f"{offset}\n".encode())
+        try:
+            self._start_empty_at(offset)
+        except OSError as error:
+            raise self._offline(f"starting it anew at {offset} failed half-way: {error}") from error
+
+    def _start_empty_at(self, offset: int) -> None:
         doomed, self._segments = self._segments, [LogSegment.create(self.directory, offset)]
         for segment in doomed:
             segment.delete_files()
@@ -358,6 +372,12 @@ class PartitionLog:
             if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
                 self.assign_leader_epoch(header.partition_leader_epoch, batch_offset)
 
+    def _offline(self, what: str) -> LogDirectoryFailure:
+        """The failure that takes this log's directory offline, reported to `on_failure`."""
+        failure = LogDirectoryFailure(f"{self.directory.name}: {what}")
+        self.on_failure(failure.message)
+        return failure
+
     def _undo_append(self, segment: LogSegment, before: SegmentMark, entries: int, cause: OSError) -> None:
         """Take back a segment write whose index entries could not be written; a log that cannot
         be put back as it was is offline (LogDirectoryFailure)."""
@@ -365,11 +385,7 @@ class PartitionLog:
             segment.undo_append(before)
             segment.txn_index.truncate_entries(entries)
         except OSError as exc:
-            failure = LogDirectoryFailure(
-                f"{self.directory.name}: an append failed ({cause}) and could not be taken back ({exc})"
-            )
-            self.on_failure(failure.message)
-            raise failure from exc
+            raise self._offline(f"an append failed ({cause}) and could not be taken back ({exc})") from exc
 
     # -- transactions -------------------------------------------------------------------------
 
