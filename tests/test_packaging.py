@@ -104,7 +104,9 @@ def test_version() -> None:
 def test_the_wheel_alone_runs_the_broker(tmp_path: Path) -> None:
     """Builds the wheel, installs it with its core dependencies only into a fresh venv, and runs it."""
     source = tmp_path / "source"  # a copy, so the build leaves nothing in the work tree
-    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(
+        ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so")
+    )
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     subprocess.run(
@@ -125,6 +127,8 @@ def test_the_wheel_alone_runs_the_broker(tmp_path: Path) -> None:
 
     version = subprocess.run([bin_dir / "onceflow", "--version"], capture_output=True, text=True, timeout=60)
     assert version.stdout == f"onceflow {onceflow.__version__}\n"
+    compiled = [bin_dir / "python", "-c", "import onceflow.records as r; print(r.COMPILED)"]
+    assert subprocess.run(compiled, capture_output=True, text=True, timeout=60).stdout == "True\n"
     spark = subprocess.run(
         [bin_dir / "python", "-c", "import onceflow.spark"], capture_output=True, text=True, timeout=60
     )

@@ -19,7 +19,7 @@ from onceflow.log.batch import decode_records, parse_batch_header, validate_batc
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError
 from onceflow.log.validator import InflatesPastCap, RecordErrors, validate_client_batch
-from onceflow.records import MAX_UNCOMPRESSED_BYTES
+from onceflow.records import COMPILED, MAX_UNCOMPRESSED_BYTES, RecordFormatError, scan_records, walk_records
 
 PLAIN = LogConfig()
 COMPACT = LogConfig(cleanup_policy="compact")
@@ -171,3 +171,43 @@ def test_a_topic_codec_recompresses_and_keeps_every_record(target: str) -> None:
 def test_a_producer_id_without_a_sequence_is_invalid() -> None:
     with pytest.raises(LogAppendError, match="no sequence"):
         validate(build([(b"k", b"v", [])], producer_id=5, base_sequence=-1))
+
+
+def _judged(walk: object, batch: bytes, count: int, produced: bool) -> list[int] | None:
+    """What a walk makes of the records: the keyless ones, or None when it refuses them."""
+    keyless: list[int] = []
+    try:
+        walk(batch, 61, count, keyless, None, produced)  # type: ignore[operator]
+    except RecordFormatError:
+        return None
+    return keyless
+
+
+@settings(max_examples=200, deadline=None)
+@given(records_strategy, st.data())
+def test_the_compiled_walk_judges_every_batch_as_the_python_walk(
+    records: list[Record], data: st.DataObject
+) -> None:
+    assert COMPILED, "onceflow._recordscan was not built (make setup compiles it)"
+    batch = build(records)
+    count = data.draw(st.sampled_from([len(records), len(records) + 1, max(len(records) - 1, 0)]))
+    produced = data.draw(st.booleans())
+    assert _judged(walk_records, batch, count, produced) == _judged(scan_records, batch, count, produced)
+
+
+def test_the_compiled_walk_judges_every_damaged_byte_as_the_python_walk() -> None:
+    # Every byte of the records section replaced by each of a few telling values: lengths,
+    # deltas and counts that lie, varints that go on, headers that appear from nowhere.
+    records: list[Record] = [(None, b"v" * 70, []), (b"key", None, [("h", b"x")]), (b"k", b"", [])]
+    original = build(records)
+    differing, refused = [], 0
+    for position in range(61, len(original)):
+        for value in (0, 1, 2, 3, 0x7F, 0x80, 0xFF):
+            batch = bytearray(original)
+            batch[position] = value
+            for produced in (True, False):
+                python = _judged(walk_records, bytes(batch), len(records), produced)
+                refused += python is None
+                if python != _judged(scan_records, bytes(batch), len(records), produced):
+                    differing.append((position, value, produced))
+    assert refused > 100 and not differing, differing

@@ -21,6 +21,7 @@ from onceflow.log.batch import CRC_START, HEADER_SIZE, LOG_OVERHEAD, BatchHeader
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError
 from onceflow.records import (
+    COMPILED,
     COMPRESSION_CODECS,
     MAX_UNCOMPRESSED_BYTES,
     CorruptCompressionError,
@@ -35,7 +36,7 @@ __all__ = ["RecordErrors", "ValidatedBatch", "is_heavy", "validate_client_batch"
 _COMPRESSION_MASK = 0x07
 _CODEC_BY_NAME = {name: codec for codec, name in COMPRESSION_CODECS.items()}
 # Below these the validation of a batch takes about a millisecond: it runs on the event loop.
-LIGHT_RECORDS = 4096
+LIGHT_RECORDS = 200_000 if COMPILED else 4096
 LIGHT_INFLATED_BYTES = 1024 * 1024
 _BATCH_LENGTH = struct.Struct(">i")
 _ATTRIBUTES = struct.Struct(">h")

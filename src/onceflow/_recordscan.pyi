@@ -1,0 +1,3 @@
+def scan(
+    data: bytes | bytearray | memoryview, start: int, count: int, keyless: list[int] | None, produced: bool
+) -> None: ...
