@@ -9,9 +9,11 @@ the log cleaner, ListOffsets and the fault proxy all read records through here.
 
 from __future__ import annotations
 
+import importlib
 import struct
 import zlib
 from dataclasses import dataclass
+from types import ModuleType
 
 import cramjam
 from kio._kio_native import read_signed_varint, read_signed_varlong
@@ -19,9 +21,10 @@ from kio.schema.errors import ErrorCode
 from kio.serial.errors import DecodeError
 
 try:
-    from onceflow import _recordscan as _compiled
+    # By name: an import statement would import the onceflow package too, and with it the broker.
+    _compiled: ModuleType | None = importlib.import_module("onceflow._recordscan")
 except ImportError:  # built without a C compiler: the same walk, in Python
-    _compiled = None  # type: ignore[assignment]
+    _compiled = None
 # Whether the produce validator's walk is the compiled one (a few nanoseconds a record).
 COMPILED = _compiled is not None
 

@@ -1,3 +1,0 @@
-def scan(
-    data: bytes | bytearray | memoryview, start: int, count: int, keyless: list[int] | None, produced: bool
-) -> None: ...
