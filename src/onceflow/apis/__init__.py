@@ -17,7 +17,10 @@ from types import ModuleType
 from typing import Any
 
 from onceflow import failpoints
+from onceflow.apis.authorization import authorized
 from onceflow.apis.common import Request, VersionRange
+from onceflow.apis.listener_endpoints import for_listener, names_brokers
+from onceflow.apis.replies import map_reply
 
 Reply = Any | Awaitable[Any] | None
 
@@ -51,7 +54,12 @@ _RAISING = frozenset(int(key) for key in failpoints.armed_with_prefix("api.raise
 def dispatch(request: Request) -> Reply:
     if request.api_key in _RAISING:
         raise RuntimeError(f"failpoint api.raise.{request.api_key}")
-    return HANDLERS[request.api_key].handle(request)
+    broker = request.broker
+    handle = HANDLERS[request.api_key].handle
+    reply = handle(request) if broker.authorizer is None else authorized(request, handle)
+    if request.session.listener != broker.inter_broker_listener and names_brokers(request.api_key):
+        return map_reply(reply, lambda answer: for_listener(request, answer))
+    return reply
 
 
 __all__ = [
