@@ -152,7 +152,9 @@ class ScramServer:
             binding = base64.b64decode(attributes.get("c", ""), validate=True)
         except ValueError:
             raise AuthenticationFailed("bad client-final message") from None
-        if binding != self._gs2_header.encode() or attributes.get("r") != self._nonce:
+        # Kafka checks that the nonce ends with the server's: older librdkafka sends its own again
+        # in front of it.
+        if binding != self._gs2_header.encode() or not attributes.get("r", "").endswith(self._nonce):
             raise AuthenticationFailed("bad client-final message")
         auth_message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
         signature = hmac.digest(self._credential.stored_key, auth_message, self._digest)
