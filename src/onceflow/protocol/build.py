@@ -150,6 +150,7 @@ def _zero(annotation: Any) -> Any:
             return 0
         if issubclass(annotation, uuid.UUID):
             return uuid.UUID(int=0)
-        if issubclass(annotation, (bool, int, float, str, bytes)):
-            return annotation()
-    return 0
+        for kind, zero in ((bool, False), (str, ""), (bytes, b""), (float, 0.0)):
+            if issubclass(annotation, kind):
+                return zero
+    return 0  # the integer types, kio's phantom ones too
