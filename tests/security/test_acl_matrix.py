@@ -25,8 +25,16 @@ TOPIC, GROUP, TXN = "data", "g", "txn"
 # Kafka's codes.
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_DENIED = 29, 30, 31, 53
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS = (
-    3, 4, 5, 6, 7, 8, 9, 10, 11,
-)  # fmt: skip
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+    9,
+    10,
+    11,
+)
 TOPIC_TYPE, GROUP_TYPE, CLUSTER_TYPE, TXN_TYPE = 2, 3, 4, 5
 LITERAL, PREFIXED = 3, 4
 ALLOW, DENY = 3, 2
@@ -41,8 +49,14 @@ class SaslWire(WireClient):
         assert self.request(36, 2, auth_bytes=f"\0{user}\0{user}".encode()).error_code == 0
 
 
-def acl(resource_type: int, name: str, operation: int, permission: int = ALLOW, pattern: int = LITERAL,
-        principal: str = "User:bob") -> dict[str, Any]:  # fmt: skip
+def acl(
+    resource_type: int,
+    name: str,
+    operation: int,
+    permission: int = ALLOW,
+    pattern: int = LITERAL,
+    principal: str = "User:bob",
+) -> dict[str, Any]:
     return {
         "resource_type": resource_type,
         "resource_name": name,
@@ -69,13 +83,41 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
     with EmbeddedBroker(tmp_path_factory.mktemp("acls") / "data", config=config) as running:
         with SaslWire(running.bootstrap("SASL_PLAINTEXT"), "admin") as admin:
             assert admin.create_topic(TOPIC, 1) == 0
-            produced = admin.request(0, 9, transactional_id=None, acks=-1, timeout=10_000,
-                                     topic_data=[{"name": TOPIC, "partition_data": [{"index": 0, "records": make_batch([b"a", b"b", b"c"])}]}])  # fmt: skip
+            produced = admin.request(
+                0,
+                9,
+                transactional_id=None,
+                acks=-1,
+                timeout=10_000,
+                topic_data=[
+                    {
+                        "name": TOPIC,
+                        "partition_data": [{"index": 0, "records": make_batch([b"a", b"b", b"c"])}],
+                    }
+                ],
+            )
             assert produced.responses[0].partition_responses[0].error_code == 0
-            commit = admin.request(8, 8, group_id=GROUP, generation_id_or_member_epoch=-1, member_id="",
-                                   group_instance_id=None, topics=[{"name": TOPIC, "partitions": [
-                                       {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
-                                        "committed_metadata": ""}]}])  # fmt: skip
+            commit = admin.request(
+                8,
+                8,
+                group_id=GROUP,
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                group_instance_id=None,
+                topics=[
+                    {
+                        "name": TOPIC,
+                        "partitions": [
+                            {
+                                "partition_index": 0,
+                                "committed_offset": 1,
+                                "committed_leader_epoch": -1,
+                                "committed_metadata": "",
+                            }
+                        ],
+                    }
+                ],
+            )
             assert commit.topics[0].partitions[0].error_code == 0
             assert admin.init_producer_id(TXN).error_code == 0  # a transactional id to describe
         yield running
@@ -86,9 +128,21 @@ def admin(broker: EmbeddedBroker) -> Iterator[SaslWire]:
     with SaslWire(broker.bootstrap("SASL_PLAINTEXT"), "admin") as wire:
         yield wire
         # Each case starts with bob holding no ACL.
-        wire.request(31, 3, filters=[{"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
-                                      "principal_filter": "User:bob", "host_filter": None, "operation": 1,
-                                      "permission_type": 1}])  # fmt: skip
+        wire.request(
+            31,
+            3,
+            filters=[
+                {
+                    "resource_type_filter": 1,
+                    "resource_name_filter": None,
+                    "pattern_type_filter": 1,
+                    "principal_filter": "User:bob",
+                    "host_filter": None,
+                    "operation": 1,
+                    "permission_type": 1,
+                }
+            ],
+        )
 
 
 def grant(admin: WireClient, *acls: dict[str, Any]) -> None:
@@ -107,14 +161,28 @@ def snapshot(admin: WireClient) -> tuple[Any, ...]:
     committed = sorted(
         (topic.name, part.committed_offset) for topic in offsets.topics for part in topic.partitions
     )
-    configs = admin.request(32, 4, resources=[{"resource_type": 2, "resource_name": TOPIC, "configuration_keys": None}],
-                            include_synonyms=False, include_documentation=False)  # fmt: skip
+    configs = admin.request(
+        32,
+        4,
+        resources=[{"resource_type": 2, "resource_name": TOPIC, "configuration_keys": None}],
+        include_synonyms=False,
+        include_documentation=False,
+    )
     own = sorted(
         (entry.name, entry.value) for entry in configs.results[0].configs if entry.config_source == 1
     )
     groups = sorted(group.group_id for group in admin.request(16, 4, states_filter=[]).groups)
-    acls = admin.request(29, 3, resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
-                         principal_filter=None, host_filter=None, operation=1, permission_type=1)  # fmt: skip
+    acls = admin.request(
+        29,
+        3,
+        resource_type_filter=1,
+        resource_name_filter=None,
+        pattern_type_filter=1,
+        principal_filter=None,
+        host_filter=None,
+        operation=1,
+        permission_type=1,
+    )
     return topics, ends, committed, own, groups, len(acls.resources)
 
 
@@ -401,15 +469,6 @@ CASES = [
         [acl(TOPIC_TYPE, TOPIC, READ)],
     ),
     Case(
-        "DescribeTransactions",
-        65,
-        0,
-        lambda: {"transactional_ids": [TXN]},
-        _partition_code("transaction_states.0.error_code"),
-        TXN_DENIED,
-        [acl(TXN_TYPE, TXN, DESCRIBE)],
-    ),
-    Case(
         "CreateAcls",
         30,
         3,
@@ -552,8 +611,17 @@ def test_acls_outlive_a_restart(tmp_path: Any) -> None:
         }
         assert admin.request(51, 0, deletions=[], upsertions=[upsert]).results[0].error_code == 0
     with broker, SaslWire(broker.bootstrap("SASL_PLAINTEXT"), "admin") as admin:
-        found = admin.request(29, 3, resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
-                              principal_filter=None, host_filter=None, operation=1, permission_type=1)  # fmt: skip
+        found = admin.request(
+            29,
+            3,
+            resource_type_filter=1,
+            resource_name_filter=None,
+            pattern_type_filter=1,
+            principal_filter=None,
+            host_filter=None,
+            operation=1,
+            permission_type=1,
+        )
         assert [resource.resource_name for resource in found.resources] == ["kept"]
         users = admin.request(50, 0, users=None).results
         assert [(user.user, user.credential_infos[0].iterations) for user in users] == [("dave", 4096)]
