@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     broker = commands.add_parser("broker", help="run a Kafka-protocol broker in the foreground")
-    broker.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT (port 0 picks a free one)")
+    broker.add_argument(
+        "--listen",
+        help="HOST:PORT of one PLAINTEXT listener (port 0 picks a free one; default 127.0.0.1:9092),"
+        " unless the config sets listeners",
+    )
     # Checked after parsing, so that an unknown flag is named before a missing --data-dir.
     broker.add_argument("--data-dir", type=Path, help="where the logs live (required)")
     broker.add_argument("--config", type=Path, help="a Kafka-style .properties file")
@@ -131,7 +135,7 @@ def _run_broker(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    host, port = _address("--listen", args.listen)
+    listen = _address("--listen", args.listen) if args.listen is not None else None
     metrics_address = _address("--metrics", args.metrics) if args.metrics is not None else None
     overrides = parse_assignments(args.set)
     if args.zookeeper is not None:
@@ -151,14 +155,17 @@ def _run_broker(args: argparse.Namespace) -> int:
             loop.add_signal_handler(signum, stop.set)
         try:
             broker = Broker(args.data_dir, config, metrics=metrics_address is not None)
-            server = BrokerServer(broker, host, port, metrics_address)
+            server = BrokerServer(broker, listen, metrics_address)
             await server.start()
         except (LogError, OSError, ClusterError) as error:
             raise ConfigError(f"cannot start the broker: {error}") from error
         except LogLoadError as error:
             raise _CannotStart(str(error)) from error
-        bound_host, bound_port = server.address
-        print(f"onceflow broker listening on {bound_host}:{bound_port}", flush=True)
+        # One line per listener, the first first; a lone --listen listener's without its name.
+        for listener in server.listeners:
+            bound_host, bound_port = server.addresses[listener.name]
+            name = f"{listener.name}://" if config.get("listeners") else ""
+            print(f"onceflow broker listening on {name}{bound_host}:{bound_port}", flush=True)
         if server.metrics_address is not None:
             metrics_host, metrics_port = server.metrics_address
             print(f"onceflow broker metrics on http://{metrics_host}:{metrics_port}/metrics", flush=True)

@@ -51,6 +51,12 @@ class EmbeddedBroker:
         host, port = self._server.address
         return f"{host}:{port}"
 
+    def bootstrap(self, listener: str) -> str:
+        """HOST:PORT of a listener (by name, as in `listeners`)."""
+        assert self._server is not None, "the broker is not running"
+        host, port = self._server.addresses[listener]
+        return f"{host}:{port}"
+
     @property
     def port(self) -> int:
         assert self._server is not None, "the broker is not running"
@@ -111,7 +117,9 @@ class EmbeddedBroker:
             self._stopped = asyncio.Event()
             metrics_address = None if self._metrics_port is None else (self._host, self._metrics_port)
             broker = Broker(self.data_dir, self._config, metrics=metrics_address is not None)
-            self._server = BrokerServer(broker, self._host, self._port, metrics_address)
+            # With `listeners` in the config they say where to listen; else host and port do.
+            listen = None if "listeners" in self._config.props else (self._host, self._port)
+            self._server = BrokerServer(broker, listen, metrics_address)
             await self._server.start()
         except BaseException as error:
             started.set_exception(error)

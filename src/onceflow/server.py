@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import resource
+import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -24,16 +25,27 @@ from onceflow.apis import HANDLERS, Request, dispatch, is_supported
 from onceflow.apis.api_versions import unsupported_version_response
 from onceflow.apis.common import Ordered, Stamps
 from onceflow.broker.core import Broker
+from onceflow.broker.listeners import (
+    Listener,
+    advertised,
+    configured_listeners,
+    inter_broker_listener,
+)
 from onceflow.broker.metrics import STAGE_FSYNC_TO_ANSWER, Metrics
+from onceflow.broker.security import ListenerSecurity
 from onceflow.log_limits import once_per_interval
 from onceflow.protocol.codec import OWN_PIECE_BYTES, encode_response_pieces
 from onceflow.protocol.connection import (
     Connection,
+    Event,
     ProtocolError,
     RequestReceived,
+    SaslTokenReceived,
     UnsupportedApiVersionsRequest,
 )
 from onceflow.protocol.limits import ConnectionQuotas, MemoryPool
+from onceflow.security.sasl_errors import AuthenticationFailed
+from onceflow.security.session import IllegalSaslState, Session
 
 log = logging.getLogger(__name__)
 _refusals = once_per_interval(__name__)
@@ -49,6 +61,9 @@ METRICS_REQUEST_TIMEOUT_S = 10
 # segment's three, a snapshot, a directory to fsync, the metrics endpoint.
 FILE_DESCRIPTORS_RESERVED = 64
 FINISH_TIMEOUT_S = 5
+# A TLS client that has not finished its handshake by then is let go.
+TLS_HANDSHAKE_TIMEOUT_S = 10
+_SIZE = struct.Struct(">i")
 
 # A reply on its way to the writer: correlation id, response (or a future of it), the stamps.
 _Reply = tuple[int, Any, Stamps | None]
@@ -62,15 +77,24 @@ API_NAMES = {
 
 class BrokerServer:
     def __init__(
-        self, broker: Broker, host: str, port: int, metrics_address: tuple[str, int] | None = None
+        self,
+        broker: Broker,
+        listen: tuple[str, int] | None,
+        metrics_address: tuple[str, int] | None = None,
     ) -> None:
-        """`metrics_address` serves Prometheus metrics over HTTP; the broker must record them."""
+        """Serves the broker's `listeners`, or one PLAINTEXT listener on `listen`.
+        `metrics_address` serves Prometheus metrics over HTTP; the broker must record them.
+        Raises ConfigError for listeners or security settings that cannot work."""
         if metrics_address is not None and broker.metrics.registry is None:
             raise ValueError("serving metrics needs a Broker made with metrics=True")
         self.broker = broker
-        self._host = host
-        self._port = port
-        self._server: asyncio.Server | None = None
+        self.listeners = configured_listeners(broker.config, listen)
+        self._security = [broker.security.listener(listener) for listener in self.listeners]
+        self._inter_broker = inter_broker_listener(broker.config, self.listeners)
+        self._inter_broker_client = (
+            broker.security.inter_broker_client(self._inter_broker) if broker.cluster is not None else None
+        )
+        self._servers: dict[str, asyncio.Server] = {}
         self._metrics_address = metrics_address
         self._metrics_server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], _InOrderReplies] = {}
@@ -87,9 +111,17 @@ class BrokerServer:
 
     @property
     def address(self) -> tuple[str, int]:
-        assert self._server is not None
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return host, port
+        """The first listener's bound address."""
+        return self.addresses[self.listeners[0].name]
+
+    @property
+    def addresses(self) -> dict[str, tuple[str, int]]:
+        """Each listener's bound address, by listener name."""
+        bound = {}
+        for name, server in self._servers.items():
+            host, port = server.sockets[0].getsockname()[:2]
+            bound[name] = (host, port)
+        return bound
 
     @property
     def metrics_address(self) -> tuple[str, int] | None:
@@ -108,21 +140,24 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(_quiet_accept_errors)
         try:
-            self._server = await loop.create_server(self._accept, self._host, self._port)
+            for listener, security in zip(self.listeners, self._security, strict=True):
+                self._servers[listener.name] = await _listen(loop, listener, partial(self._accept, security))
         except BaseException:
             if self._metrics_server is not None:
                 self._metrics_server.close()
+            for server in self._servers.values():
+                server.close()
             raise
-        host, port = self.address
-        self.broker.start(host, port)
+        endpoints = advertised(self.broker.config, self.listeners, self.addresses)
+        self.broker.start(endpoints, self._inter_broker.name, self._inter_broker_client)
         self._idle_sweep = asyncio.create_task(self._close_idle_connections(), name="idle-connections")
         await self.broker.join_cluster()
 
     async def stop(self) -> None:
         if self._metrics_server is not None:
             self._metrics_server.close()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers.values():
+            server.close()
         if self._idle_sweep is not None:
             self._idle_sweep.cancel()
         # Aborting the connections ends their read loops, which then clean up; one waiting for
@@ -132,9 +167,9 @@ class BrokerServer:
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self.broker.stop()
 
-    def _accept(self) -> _ClientProtocol:
+    def _accept(self, security: ListenerSecurity) -> _ClientProtocol:
         connection = Connection(self.broker.config.get_int("socket.request.max.bytes"), pool=self._memory)
-        return _ClientProtocol(connection, self._serve, self._admit, self._memory)
+        return _ClientProtocol(connection, self._serve, self._admit, self._memory, security)
 
     def _admit(self, client: _ClientProtocol, peer: Any) -> bool:
         """Count a new connection against the quotas, or refuse it (closed at once, as Kafka's)."""
@@ -173,8 +208,18 @@ class BrokerServer:
     async def _serve(self, client: _ClientProtocol) -> None:
         task = asyncio.current_task()
         assert task is not None and client.transport is not None
+        peer = client.transport.get_extra_info("peername")
+        security = client.security
+        if security.ssl_context is not None and not await self._start_tls(client, security, peer):
+            return
         transport = client.transport
-        peer = transport.get_extra_info("peername")
+        session = security.session(
+            str(peer[0]) if isinstance(peer, tuple) else str(peer),
+            transport.get_extra_info("peercert") if security.ssl_context is not None else None,
+        )
+        full_size = client.connection.max_request_bytes
+        if session.sasl:  # frames before authentication are small, as in Kafka
+            client.connection.max_request_bytes = min(full_size, security.max_receive_bytes)
         replies = _InOrderReplies(transport, peer, self.broker.metrics)
         client.replies = replies
         self._connections[task] = replies
@@ -188,9 +233,20 @@ class BrokerServer:
                 await replies.room.wait()  # at most MAX_IN_FLIGHT_PER_CONNECTION started
                 if replies.failed:
                     break
-                reply, done_changing = self._reply_to(*arrived)
+                event, received = arrived
+                if isinstance(event, SaslTokenReceived):
+                    self._raw_sasl_token(security.listener.name, session, event.token, transport)
+                    client.connection.raw_frames = session.raw_tokens
+                    continue
+                reply, done_changing = self._reply_to(event, received, session)
                 if reply is not None:
                     replies.add(reply)
+                if session.sasl:
+                    if session.failed:
+                        break  # its SASL_AUTHENTICATION_FAILED answer goes out, then the connection closes
+                    client.connection.raw_frames = session.raw_tokens
+                    if session.authenticated:
+                        client.connection.max_request_bytes = full_size
                 if done_changing is not None:
                     await done_changing
         except ProtocolError as error:
@@ -209,8 +265,43 @@ class BrokerServer:
                 transport.abort()  # a client that reads nothing keeps a closing socket open
             del self._connections[task]
 
+    async def _start_tls(self, client: _ClientProtocol, security: ListenerSecurity, peer: Any) -> bool:
+        """The TLS handshake, on a connection already counted against the quotas: whether it
+        succeeded (else the connection is closed)."""
+        assert client.transport is not None
+        try:
+            client.transport = await asyncio.get_running_loop().start_tls(
+                client.transport,
+                client,
+                security.ssl_context,  # type: ignore[arg-type]  # checked by the caller
+                server_side=True,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
+            )
+        except (OSError, TimeoutError, ConnectionError) as error:  # ssl.SSLError is an OSError
+            self.broker.metrics.authentication(security.listener.name, succeeded=False)
+            log.info("TLS handshake with %s failed: %s", peer, error)
+            client.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(client.closed), FINISH_TIMEOUT_S)
+            return False
+        return True
+
+    def _raw_sasl_token(
+        self, listener: str, session: Session, token: bytes, transport: asyncio.BaseTransport
+    ) -> None:
+        """A SASL token after SaslHandshake v0: answered unframed, or the connection closes."""
+        try:
+            answer, _, done = session.authenticate(token)
+        except (AuthenticationFailed, IllegalSaslState) as error:
+            self.broker.metrics.authentication(listener, succeeded=False)
+            raise ProtocolError(f"SASL authentication failed: {error}") from None
+        if done:
+            self.broker.metrics.authentication(listener, succeeded=True)
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(_SIZE.pack(len(answer)) + answer)
+
     def _reply_to(
-        self, event: RequestReceived | UnsupportedApiVersionsRequest, received: float
+        self, event: RequestReceived | UnsupportedApiVersionsRequest, received: float, session: Session
     ) -> tuple[_Reply | None, Awaitable[None] | None]:
         """The reply to queue, and what must be done before the next request is dispatched."""
         if isinstance(event, UnsupportedApiVersionsRequest):
@@ -219,10 +310,12 @@ class BrokerServer:
             if event.api_key == 18:
                 return (event.correlation_id, unsupported_version_response(), None), None
             raise ProtocolError(f"api {event.api_key} v{event.api_version} is not supported")
+        if not session.allows(event.api_key):
+            raise ProtocolError(f"api {event.api_key} before SASL authentication (or after it expired)")
         started = time.perf_counter()
         stamps = Stamps(received)
         reply = dispatch(
-            Request(self.broker, event.api_key, event.api_version, event.header, event.body, stamps)
+            Request(self.broker, event.api_key, event.api_version, event.header, event.body, stamps, session)
         )
         done_changing = None
         if isinstance(reply, Ordered):
@@ -374,8 +467,10 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         serve: Callable[[_ClientProtocol], Coroutine[Any, Any, None]],
         admit: Callable[[_ClientProtocol, Any], bool],
         memory: MemoryPool,
+        security: ListenerSecurity,
     ) -> None:
-        self._connection = connection
+        self.connection = connection
+        self.security = security
         self._serve = serve
         self._admit = admit
         self._memory = memory
@@ -383,7 +478,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.replies: _InOrderReplies | None = None  # set by the connection's task
         self.transport: asyncio.Transport | None = None
         # Each with the perf_counter() time at which the read that completed it ended.
-        self._requests: deque[tuple[RequestReceived | UnsupportedApiVersionsRequest, float]] = deque()
+        self._requests: deque[tuple[Event, float]] = deque()
         self._waiting_bytes = 0  # the frame sizes of `_requests`
         self._arrived = asyncio.Event()
         self._ended: BaseException | None = None  # a ProtocolError, or an internal error
@@ -392,7 +487,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self.writable.set()
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def next_request(self) -> tuple[RequestReceived | UnsupportedApiVersionsRequest, float] | None:
+    async def next_request(self) -> tuple[Event, float] | None:
         """The next request and when it was read, None at the end of the stream; raises what
         ended the stream early."""
         while not self._requests:
@@ -409,7 +504,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
             not self._at_end
             and not self.transport.is_reading()
             and not self._full()
-            and not self._connection.waiting_for_memory
+            and not self.connection.waiting_for_memory
         ):
             self.transport.resume_reading()
         return request
@@ -417,6 +512,8 @@ class _ClientProtocol(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        if self.security.ssl_context is not None:
+            transport.pause_reading()  # the bytes are TLS's: the task hands the socket to TLS first
         if not self._admit(self, transport.get_extra_info("peername")):
             transport.abort()
             return
@@ -433,24 +530,24 @@ class _ClientProtocol(asyncio.BufferedProtocol):
     def _resume_when_memory_frees(self) -> None:
         if self._at_end or self.transport is None or self.transport.is_closing():
             return
-        if self._connection.retry_reservation():
+        if self.connection.retry_reservation():
             if not self._full():
                 self.transport.resume_reading()
         else:
             self._memory.when_released(self._resume_when_memory_frees)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self._connection.get_buffer()
+        return self.connection.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
         assert self.transport is not None
         try:
-            requests = self._connection.buffer_updated(nbytes)
+            requests = self.connection.buffer_updated(nbytes)
         except Exception as error:  # a ProtocolError, or a bug: the connection's task reports it
             self._end(error)
             return
         self.last_active = time.monotonic()
-        if self._connection.waiting_for_memory:
+        if self.connection.waiting_for_memory:
             # Its next frame does not fit queued.max.request.bytes: read no more until it does.
             self.transport.pause_reading()
             self._memory.when_released(self._resume_when_memory_frees)
@@ -470,7 +567,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         return True  # the answers still coming are written before the connection closes
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._connection.close()
+        self.connection.close()
         self._end(None)
         self.writable.set()
         if not self.closed.done():
@@ -490,8 +587,18 @@ class _ClientProtocol(asyncio.BufferedProtocol):
         self._arrived.set()
 
 
-def _frame_size(request: RequestReceived | UnsupportedApiVersionsRequest) -> int:
+def _frame_size(request: Event) -> int:
     return request.size if isinstance(request, RequestReceived) else 0
+
+
+async def _listen(
+    loop: asyncio.AbstractEventLoop, listener: Listener, protocol: Callable[[], _ClientProtocol]
+) -> asyncio.Server:
+    try:
+        return await loop.create_server(protocol, listener.host, listener.port)
+    except OSError as error:
+        where = f"listener {listener.name} on {listener.host}:{listener.port}"
+        raise OSError(error.errno, f"{where}: {error.strerror or error}") from error
 
 
 def _quiet_accept_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -71,8 +71,7 @@ def test_kafkas_sample_keys_are_accepted_with_a_warning_and_the_rest_applied() -
     config = BrokerConfig(
         {"listeners": "PLAINTEXT://:9092", "num.io.threads": "8", "broker.id": "4", "log.roll.ms": "5000"}
     )
-    assert config.without_effect() == [
-        "listeners has no effect on this broker: --listen HOST:PORT sets the listener",
+    assert config.without_effect() == [  # listeners is applied (onceflow.broker.listeners)
         "num.io.threads has no effect on this broker: one event loop and a few fsync threads serve "
         "every connection",
     ]

@@ -18,7 +18,10 @@ from types import ModuleType
 from typing import Any
 
 from onceflow import failpoints
+from onceflow.apis.authorization import authorized
 from onceflow.apis.common import Request, VersionRange
+from onceflow.apis.listener_endpoints import for_listener, names_brokers
+from onceflow.apis.replies import map_reply
 
 Reply = Any | Awaitable[Any] | None
 
@@ -57,7 +60,12 @@ def dispatch(request: Request) -> Reply:
         raise RuntimeError(f"failpoint api.raise.{request.api_key}")
     if request.api_key in _BLOCKING:
         time.sleep(PLANTED_STALL_S)
-    return HANDLERS[request.api_key].handle(request)
+    broker = request.broker
+    handle = HANDLERS[request.api_key].handle
+    reply = handle(request) if broker.authorizer is None else authorized(request, handle)
+    if request.session.listener != broker.inter_broker_listener and names_brokers(request.api_key):
+        return map_reply(reply, lambda answer: for_listener(request, answer))
+    return reply
 
 
 __all__ = [

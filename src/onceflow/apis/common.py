@@ -14,6 +14,7 @@ from onceflow.coordinator.runtime import DurableLog
 from onceflow.coordinator.transaction import TxnReply
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import response_type
+from onceflow.security.session import Session
 
 
 class Ordered(NamedTuple):
@@ -46,6 +47,7 @@ class Request:
     header: Any
     body: Any
     stamps: Stamps
+    session: Session  # who sent it, from where, over which listener's authentication
 
     def respond(self, **values: Any) -> Any:
         """The response entity of this request's API and version."""

@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.apis.common import Request
 from onceflow.broker.described_configs import ConfigEntry, broker_entries, topic_entries
 from onceflow.log.config import LogConfig
+from onceflow.log.config_checks import ConfigType
 
 API_KEY = 32
 MIN_VERSION = 1
@@ -79,14 +80,19 @@ def _describe(request: Request, resource: Any) -> dict[str, Any]:
 
 
 def _entry(entry: ConfigEntry, read_only: bool, include_synonyms: bool) -> dict[str, Any]:
+    # Passwords (a keystore's, a JAAS config's users) are never sent, as Kafka sends none.
+    sensitive = entry.type is ConfigType.PASSWORD
+    synonyms = [
+        {**synonym._asdict(), "value": None if sensitive else synonym.value} for synonym in entry.synonyms
+    ]
     return {
         "name": entry.name,
-        "value": entry.value,
+        "value": None if sensitive else entry.value,
         # Broker keys are read from the config file at start-up; only topic configs are dynamic.
         "read_only": read_only,
         "config_source": entry.source,
-        "is_sensitive": False,  # no key of this broker holds a secret
-        "synonyms": [synonym._asdict() for synonym in entry.synonyms] if include_synonyms else [],
+        "is_sensitive": sensitive,
+        "synonyms": synonyms if include_synonyms else [],
         "config_type": int(entry.type),
         "documentation": None,
     }

@@ -104,17 +104,6 @@ class BrokerConfig:
     def fetch_max_bytes(self) -> int:
         return self._ints["fetch.max.bytes"]
 
-    def advertised_endpoint(self) -> tuple[str, int] | None:
-        """Host and port from `advertised.listeners=PLAINTEXT://host:port`, if set."""
-        value = self.get("advertised.listeners")
-        if not value:
-            return None
-        _, _, address = value.split(",")[0].rpartition("://")
-        host, sep, port = address.rpartition(":")
-        if not sep or not port.isdigit():
-            raise ConfigError(f"advertised.listeners: cannot read host:port from {value!r}")
-        return host, int(port)
-
     @property
     def log_config(self) -> LogConfig:
         return self._log_config

@@ -44,7 +44,16 @@ _B, _S, _I, _L, _D, _LIST = (
     ConfigType.DOUBLE,
     ConfigType.LIST,
 )
+_P = ConfigType.PASSWORD
 _LOG = LogConfig()
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
+# Kafka's StandardAuthorizer (KRaft) and AclAuthorizer (ZooKeeper era): one authorizer here.
+AUTHORIZERS = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
+JAAS_SUFFIX = ".sasl.jaas.config"
 _HOUR_MS = 3_600_000
 _NO_THREADS = "one event loop and a few fsync threads serve every connection"
 _NOT_REPLICATED = "the coordinators' topics are not replicated"
@@ -53,6 +62,35 @@ _NOT_REPLICATED = "the coordinators' topics are not replicated"
 def _ignored(name: str, config_type: ConfigType, instead: str) -> BrokerKey:
     return BrokerKey(name, config_type, None, use=Use.NO_EFFECT, instead=instead)
 
+
+# Keys a listener may set for itself as `listener.name.<listener>.<key>` (Kafka's listener
+# overrides); its SASL users are `listener.name.<listener>.<mechanism>.sasl.jaas.config`.
+LISTENER_KEYS: dict[str, BrokerKey] = {
+    key.name: key
+    for key in (
+        BrokerKey("sasl.enabled.mechanisms", _LIST, "GSSAPI"),
+        BrokerKey("sasl.jaas.config", _P, None),
+        # Kafka's limit on a frame before authentication: 512 KiB.
+        BrokerKey("sasl.server.max.receive.size", _I, "524288", minimum=1),
+        BrokerKey("connections.max.reauth.ms", _L, "0", minimum=0),
+        BrokerKey("ssl.keystore.type", _S, "JKS"),
+        BrokerKey("ssl.keystore.location", _S, None),
+        BrokerKey("ssl.keystore.password", _P, None),
+        BrokerKey("ssl.keystore.key", _P, None),
+        BrokerKey("ssl.keystore.certificate.chain", _P, None),
+        BrokerKey("ssl.key.password", _P, None),
+        BrokerKey("ssl.truststore.type", _S, "JKS"),
+        BrokerKey("ssl.truststore.location", _S, None),
+        BrokerKey("ssl.truststore.password", _P, None),
+        BrokerKey("ssl.truststore.certificates", _P, None),
+        BrokerKey("ssl.client.auth", _S, "none", choices=("required", "requested", "none")),
+        BrokerKey("ssl.principal.mapping.rules", _S, "DEFAULT"),
+        BrokerKey("ssl.enabled.protocols", _LIST, "TLSv1.2,TLSv1.3", choices=("TLSv1.2", "TLSv1.3")),
+        BrokerKey("ssl.protocol", _S, "TLSv1.3"),
+        BrokerKey("ssl.cipher.suites", _LIST, ""),
+        BrokerKey("ssl.endpoint.identification.algorithm", _S, "https"),
+    )
+}
 
 BROKER_KEYS: dict[str, BrokerKey] = {
     key.name: key
@@ -85,6 +123,17 @@ BROKER_KEYS: dict[str, BrokerKey] = {
         BrokerKey("node.id", _I, "0", minimum=0),
         BrokerKey("broker.id", _I, None, minimum=0),  # the ZooKeeper era's name of node.id
         BrokerKey("advertised.listeners", _S, ""),
+        # Listeners and security (onceflow.security), with Kafka's names and defaults: without
+        # `listeners`, --listen is one PLAINTEXT listener.
+        BrokerKey("listeners", _S, ""),
+        BrokerKey("listener.security.protocol.map", _S, DEFAULT_PROTOCOL_MAP),
+        BrokerKey("inter.broker.listener.name", _S, None),
+        BrokerKey("security.inter.broker.protocol", _S, "PLAINTEXT", choices=SECURITY_PROTOCOLS),
+        *LISTENER_KEYS.values(),
+        BrokerKey("sasl.mechanism.inter.broker.protocol", _S, "GSSAPI"),
+        BrokerKey("authorizer.class.name", _S, "", choices=("", *AUTHORIZERS)),
+        BrokerKey("super.users", _S, ""),
+        BrokerKey("allow.everyone.if.no.acl.found", _B, "false"),
         # Cluster mode (onceflow.cluster): empty means a single broker on its own.
         BrokerKey("zookeeper.connect", _S, ""),
         BrokerKey("zookeeper.session.timeout.ms", _I, "18000"),
@@ -128,11 +177,8 @@ BROKER_KEYS: dict[str, BrokerKey] = {
             "log.cleaner.min.cleanable.ratio", _D, str(_LOG.min_cleanable_dirty_ratio), minimum=0, maximum=1
         ),
         # Kafka's sample server.properties: accepted, warned about.
-        _ignored("listeners", _LIST, "--listen HOST:PORT sets the listener"),
         _ignored("log.dirs", _S, "--data-dir DIR sets the data directory"),
         _ignored("log.dir", _S, "--data-dir DIR sets the data directory"),
-        _ignored("listener.security.protocol.map", _LIST, "every listener is PLAINTEXT"),
-        _ignored("inter.broker.listener.name", _S, "brokers reach each other on their one listener"),
         _ignored("controller.listener.names", _LIST, "cluster mode runs through ZooKeeper (--zookeeper)"),
         _ignored("process.roles", _LIST, "cluster mode runs through ZooKeeper (--zookeeper)"),
         _ignored("controller.quorum.voters", _LIST, "cluster mode runs through ZooKeeper (--zookeeper)"),
@@ -164,12 +210,26 @@ def validate_broker_configs(props: Mapping[str, str]) -> None:
     """Raise BrokerConfigError for the first unknown key (naming the closest known one) or the
     first value of the wrong type or out of range, with Kafka's message."""
     for name, value in props.items():
-        key = BROKER_KEYS.get(name)
+        key = broker_key(name)
         if key is None:
             raise BrokerConfigError(f"unknown broker config {name}{did_you_mean(name, BROKER_KEYS)}")
         problem = key.problem(value)
         if problem is not None:
             raise BrokerConfigError(f"Invalid value {value} for configuration {name}: {problem}")
+
+
+def broker_key(name: str) -> BrokerKey | None:
+    """The key `name` sets: a broker key, or a listener's own (`listener.name.L.KEY`, and
+    `listener.name.L.MECHANISM.sasl.jaas.config`)."""
+    key = BROKER_KEYS.get(name)
+    if key is not None or not name.startswith("listener.name."):
+        return key
+    listener, _, rest = name.removeprefix("listener.name.").partition(".")
+    if not listener:
+        return None
+    if rest.endswith(JAAS_SUFFIX) and "." not in rest.removesuffix(JAAS_SUFFIX):
+        return LISTENER_KEYS["sasl.jaas.config"]
+    return LISTENER_KEYS.get(rest)
 
 
 def without_effect(props: Mapping[str, str]) -> list[str]:

@@ -37,6 +37,7 @@ from onceflow.broker.metrics import (
 from onceflow.broker.partition_flushes import PartitionFlushes
 from onceflow.broker.producer_ids import ProducerIdAllocator
 from onceflow.broker.replication import FollowedPartition, LeaderFetcher, LeaderState
+from onceflow.broker.security import BrokerSecurity, ClientSecurity
 from onceflow.broker.txn_markers import ClusterMarkers
 from onceflow.cluster.status import cluster_status
 from onceflow.cluster.view import ClusterView
@@ -91,6 +92,13 @@ class Broker:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.logs = LogManager(data_dir, config.log_config, now_ms())
         self.logs.on_failure = self._halt
+        self.security = BrokerSecurity(config, data_dir)
+        # None without authorizer.class.name: every request is served as before, unchecked.
+        self.authorizer = self.security.authorizer
+        # Each listener's advertised address, and how this broker reaches the others' (`start`).
+        self.listener_endpoints: dict[str, tuple[str, int]] = {}
+        self.inter_broker_listener = "PLAINTEXT"
+        self.inter_broker = ClientSecurity(None, None)
         self.cluster: ZooKeeperCluster | None = None
         self.fetch_sessions = FetchSessions()  # followers' (cluster mode)
         if config.get("zookeeper.connect"):
@@ -184,11 +192,19 @@ class Broker:
         self._replication_waiters: dict[DurableLog, set[asyncio.Future[float | None]]] = {}
 
     # -- lifecycle -------------------------------------------------------------
-    def start(self, host: str, port: int) -> None:
-        advertised = self.config.advertised_endpoint()
-        if advertised is None:
-            advertised = ("127.0.0.1" if host in ("", "0.0.0.0", "::") else host, port)
-        self.endpoint = Endpoint(self.node_id, *advertised)
+    def start(
+        self,
+        listener_endpoints: dict[str, tuple[str, int]],
+        inter_broker_listener: str,
+        inter_broker: ClientSecurity | None = None,
+    ) -> None:
+        """`listener_endpoints`: each listener's advertised address; the inter-broker
+        listener's is the one other brokers (and a single listener's clients) are given."""
+        self.listener_endpoints = dict(listener_endpoints)
+        self.inter_broker_listener = inter_broker_listener
+        self.endpoint = Endpoint(self.node_id, *listener_endpoints[inter_broker_listener])
+        if inter_broker is not None:
+            self.inter_broker = inter_broker
         self._flushes.start()
         self._tasks = self._background_tasks()
         self._fire_group_timers()  # sessions of members replayed from the log
@@ -198,7 +214,7 @@ class Broker:
     async def join_cluster(self) -> None:
         """In cluster mode, register with ZooKeeper (after `start`, which knows the endpoint)."""
         if self.cluster is not None:
-            await self.cluster.join(self.endpoint.host, self.endpoint.port)
+            await self.cluster.join(self.endpoint.host, self.endpoint.port, self.listener_endpoints)
             self._complete_prepared()  # its markers go to the leaders the view names
 
     def _complete_prepared(self) -> None:
@@ -400,7 +416,12 @@ class Broker:
             # follow (Kafka's truncateTo checkpoints too): a crash would otherwise trust them
             # unchecked, as below a point they never reached.
             fetcher = LeaderFetcher(
-                self.node_id, leader, partitions, self._follower_appended, self.logs.write_recovery_checkpoint
+                self.node_id,
+                leader,
+                partitions,
+                self._follower_appended,
+                self.logs.write_recovery_checkpoint,
+                self.inter_broker,
             )
             task = asyncio.create_task(fetcher.run(), name=f"fetch-from-{leader_id}")
             self._fetchers[leader_id] = (followed, task)

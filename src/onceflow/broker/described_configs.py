@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from onceflow.broker.config import DEFAULTS, BrokerConfig
-from onceflow.broker.config_keys import BROKER_KEYS
+from onceflow.broker.config_keys import broker_key
 from onceflow.log.config import LogConfig
 from onceflow.log.config_checks import ConfigType
 from onceflow.log.topic_configs import TOPIC_KEYS, Support
@@ -94,5 +94,7 @@ def broker_entries(config: BrokerConfig) -> list[ConfigEntry]:
         if name in defaults:
             synonyms.append(Synonym(name, defaults[name], DEFAULT_CONFIG))
         value, source = synonyms[0].value, synonyms[0].source
-        entries.append(ConfigEntry(name, value, source, BROKER_KEYS[name].type, synonyms))
+        key = broker_key(name)
+        assert key is not None  # the config was validated
+        entries.append(ConfigEntry(name, value, source, key.type, synonyms))
     return entries

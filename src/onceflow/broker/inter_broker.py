@@ -6,8 +6,13 @@ import asyncio
 import struct
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from onceflow.broker.security import ClientSecurity
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import decode_response, encode_request, request_type
+from onceflow.security.scram import ScramClient
+from onceflow.security.session import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 _INT32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
@@ -37,10 +42,44 @@ class Link(asyncio.BufferedProtocol):
         self._lost: Exception | None = None
 
     @classmethod
-    async def open(cls, address: tuple[str, int], sender_id: int) -> Link:
+    async def open(
+        cls, address: tuple[str, int], sender_id: int, security: ClientSecurity | None = None
+    ) -> Link:
+        """A connection to the broker at `address`, over TLS and logged in with SASL as the
+        inter-broker listener asks. A failed login raises ConnectionError."""
         loop = asyncio.get_running_loop()
-        _, link = await loop.create_connection(lambda: cls(sender_id), *address)
+        context = None if security is None else security.ssl_context
+        _, link = await loop.create_connection(
+            lambda: cls(sender_id), *address, ssl=context, server_hostname=address[0] if context else None
+        )
+        if security is not None and security.mechanism is not None:
+            try:
+                await link._log_in(security)
+            except BaseException:
+                link.close()
+                raise
         return link
+
+    async def _log_in(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate with the mechanism's messages (KIP-152)."""
+        mechanism = security.mechanism
+        assert mechanism is not None
+        answer = await self.exchange(SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        if answer.error_code != ErrorCode.none:
+            raise ConnectionError(f"SASL handshake refused: {answer.error_code.name}")
+        if mechanism == "PLAIN":
+            tokens = [f"\0{security.username}\0{security.password}".encode()]
+            await self._authenticate(tokens[0])
+            return
+        client = ScramClient(mechanism, security.username, security.password)
+        server_first = await self._authenticate(client.first())
+        client.verify(await self._authenticate(client.final(server_first)))
+
+    async def _authenticate(self, token: bytes) -> bytes:
+        answer = await self.exchange(SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+        if answer.error_code != ErrorCode.none:
+            raise ConnectionError(f"SASL authentication failed: {answer.error_message}")
+        return bytes(answer.auth_bytes)
 
     def close(self) -> None:
         if self._transport is not None:
@@ -116,10 +155,15 @@ class Link(asyncio.BufferedProtocol):
 
 
 async def request_once(
-    address: tuple[str, int], sender_id: int, api_key: int, version: int, fields: dict[str, Any]
+    address: tuple[str, int],
+    sender_id: int,
+    api_key: int,
+    version: int,
+    fields: dict[str, Any],
+    security: ClientSecurity | None = None,
 ) -> Any:
     """One request on a connection of its own."""
-    link = await Link.open(address, sender_id)
+    link = await Link.open(address, sender_id, security)
     try:
         return await link.exchange(api_key, version, fields)
     finally:

@@ -112,6 +112,9 @@ class Metrics:
     def isr_changed(self, shrunk: bool) -> None:
         """This broker, as a partition's leader, shrank (or expanded) its ISR."""
 
+    def authentication(self, listener: str, succeeded: bool) -> None:
+        """A client on `listener` authenticated (SASL), or failed to (SASL or the TLS handshake)."""
+
 
 class PrometheusMetrics(Metrics):
     def __init__(self, broker: BrokerState) -> None:
@@ -193,6 +196,17 @@ class PrometheusMetrics(Metrics):
             "ISR expansions by this broker as leader: followers back in sync (IsrExpandsPerSec).",
             registry=self.registry,
         )
+        self._authentications = {
+            succeeded: Counter(
+                "kafka_server_socket_server_metrics_"
+                f"{'successful' if succeeded else 'failed'}_authentication",
+                f"Connections that {'authenticated' if succeeded else 'failed to authenticate'}, per "
+                f"listener ({'successful' if succeeded else 'failed'}-authentication-total).",
+                ["listener"],
+                registry=self.registry,
+            )
+            for succeeded in (True, False)
+        }
         # labels() costs more than the increment it serves: resolve each child once.
         self._request_children: dict[int, tuple[Any, Any]] = {}
         self._error_children: dict[tuple[int, ErrorCode], Any] = {}
@@ -246,6 +260,9 @@ class PrometheusMetrics(Metrics):
 
     def isr_changed(self, shrunk: bool) -> None:
         (self._isr_shrinks if shrunk else self._isr_expands).inc()
+
+    def authentication(self, listener: str, succeeded: bool) -> None:
+        self._authentications[succeeded].labels(listener).inc()
 
 
 class _StateCollector(Collector):

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.fetch_sessions import next_epoch
 from onceflow.broker.inter_broker import Link
+from onceflow.broker.security import ClientSecurity
 from onceflow.log.batch import BatchHeader, CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET, truncation_point
@@ -103,6 +104,7 @@ class LeaderFetcher:
         partitions: Iterable[FollowedPartition],
         appended: Callable[[str, int, PartitionLog, int], None],
         truncated: Callable[[], None],
+        security: ClientSecurity | None = None,
     ) -> None:
         """`appended(topic, partition, log, high_watermark)` runs after every fetch that brought
         a partition records or a new high watermark; `truncated()` after a partition's log was
@@ -114,6 +116,7 @@ class LeaderFetcher:
             followed.high_watermark = min(followed.high_watermark, followed.log.log_end_offset)
         self._appended = appended
         self._truncated = truncated
+        self.security = security  # TLS and SASL of the leader's inter-broker listener
         # The fetch session on the leader (KIP-227): its id, the epoch of the next fetch (0 opens
         # a new one, -1 means the leader declines sessions), and the fetch offset it holds for
         # each partition, so that a fetch names only the partitions whose offset moved.
@@ -124,7 +127,7 @@ class LeaderFetcher:
     async def run(self) -> None:
         while self.partitions:
             try:
-                link = await Link.open(self.leader, self.broker_id)
+                link = await Link.open(self.leader, self.broker_id, self.security)
             except OSError:
                 await asyncio.sleep(RETRY_AFTER_S)
                 continue

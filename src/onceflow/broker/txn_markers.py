@@ -156,6 +156,7 @@ class ClusterMarkers:
                     WRITE_TXN_MARKERS,
                     WRITE_TXN_MARKERS_VERSION,
                     fields,
+                    broker.inter_broker,
                 ),
                 REPLICATION_TIMEOUT_S + 5,
             )

@@ -111,8 +111,11 @@ class ZooKeeperCluster:
         self._topic_configs: Mapping[str, Mapping[str, str]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def join(self, host: str, port: int) -> None:
-        """Register this broker (an ephemeral /brokers/ids/N) and wait for the first view."""
+    async def join(
+        self, host: str, port: int, endpoints: Mapping[str, tuple[str, int]] | None = None
+    ) -> None:
+        """Register this broker (an ephemeral /brokers/ids/N) and wait for the first view;
+        `host` and `port` are its inter-broker listener's, `endpoints` every listener's."""
         self._loop = asyncio.get_running_loop()
         # kazoo warns of every failed attempt to connect; an unreachable ZooKeeper is one line.
         with _KazooWarnings() as warnings:
@@ -124,7 +127,7 @@ class ZooKeeperCluster:
                 raise ClusterError(
                     f"cannot reach ZooKeeper at {self.connect} within {self._timeout_s:g} s{why}"
                 ) from error
-        self._registration = BrokerRegistration(self.broker_id, host, port)
+        self._registration = BrokerRegistration(self.broker_id, host, port, dict(endpoints or {}))
         try:
             # A killed broker's session, and its registration, last a session timeout (ZooKeeper
             # ends it within about that): a broker started again at once waits for it, as Kafka's.

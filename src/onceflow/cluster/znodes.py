@@ -9,7 +9,7 @@ import json
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 BROKER_IDS = "/brokers/ids"
@@ -46,17 +46,22 @@ def delete_topic_path(topic: str) -> str:
 
 @dataclass(frozen=True)
 class BrokerRegistration:
+    """`host` and `port` are the inter-broker listener's; `endpoints` every listener's (by
+    name), which clients on that listener are given."""
+
     broker_id: int
     host: str
     port: int
+    endpoints: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
+        endpoints = self.endpoints or {"PLAINTEXT": (self.host, self.port)}
         return _dump(
             {
                 "version": 4,
                 "host": self.host,
                 "port": self.port,
-                "endpoints": [f"PLAINTEXT://{self.host}:{self.port}"],
+                "endpoints": [f"{name}://{host}:{port}" for name, (host, port) in endpoints.items()],
                 "jmx_port": -1,
                 "timestamp": str(int(time.time() * 1000)),
             }
@@ -65,7 +70,17 @@ class BrokerRegistration:
     @classmethod
     def decode(cls, broker_id: int, data: bytes) -> BrokerRegistration:
         fields = _load(data)
-        return cls(broker_id, _str(fields, "host"), _int(fields, "port"))
+        endpoints = {}
+        listed = fields.get("endpoints", [])
+        if not isinstance(listed, list):
+            raise ValueError("endpoints: expected a list")
+        for endpoint in listed:
+            name, sep, address = str(endpoint).partition("://")
+            host, colon, port = address.rpartition(":")
+            if not sep or not colon or not port.isdigit():
+                raise ValueError(f"endpoints: cannot read {endpoint!r}")
+            endpoints[name] = (host, int(port))
+        return cls(broker_id, _str(fields, "host"), _int(fields, "port"), endpoints)
 
 
 @dataclass(frozen=True)

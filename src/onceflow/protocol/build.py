@@ -99,3 +99,58 @@ def build(entity_class: type[Any], values: Mapping[str, Any] | None = None, /, *
         elif not has_default:
             raise KeyError(f"{entity_class.__qualname__} v{entity_class.__version__} needs {name!r}")
     return entity_class(**kwargs)
+
+
+def build_filled(entity_class: type[Any], values: Mapping[str, Any] | None = None, /, **fields: Any) -> Any:
+    """As `build`, with every field neither given nor defaulted filled with its type's zero
+    (0, "", empty, None where nullable), nested entities given as dicts filled alike: for
+    answers that carry an error and nothing else worth saying."""
+    merged = {**(values or {}), **fields}
+    hints = typing.get_type_hints(entity_class)
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(entity_class):
+        annotation = hints[field.name]
+        if field.name in merged:
+            kwargs[field.name] = _filled(annotation, merged[field.name])
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            kwargs[field.name] = _zero(annotation)
+    return build(entity_class, kwargs)
+
+
+def _filled(annotation: Any, value: Any) -> Any:
+    item_type = _entity_type(annotation)
+    if item_type is None:
+        return value
+    if typing.get_origin(annotation) is tuple:
+        return tuple(build_filled(item_type, item) if isinstance(item, Mapping) else item for item in value)
+    return build_filled(item_type, value) if isinstance(value, Mapping) else value
+
+
+def _entity_type(annotation: Any) -> type[Any] | None:
+    """The entity class of a field holding entities (one, or a tuple of them), else None."""
+    if typing.get_origin(annotation) is tuple:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        annotation = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+    return annotation if isinstance(annotation, type) and dataclasses.is_dataclass(annotation) else None
+
+
+def _zero(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin is tuple:
+        return ()
+    if origin in (typing.Union, types.UnionType):
+        return None
+    if isinstance(annotation, type):
+        if dataclasses.is_dataclass(annotation):
+            return build_filled(annotation)
+        if issubclass(annotation, ErrorCode):
+            return ErrorCode.none
+        if issubclass(annotation, (i32Timedelta, i64Timedelta, TZAware)):
+            return 0
+        if issubclass(annotation, uuid.UUID):
+            return uuid.UUID(int=0)
+        for kind, zero in ((bool, False), (str, ""), (bytes, b""), (float, 0.0)):
+            if issubclass(annotation, kind):
+                return zero
+    return 0  # the integer types, kio's phantom ones too

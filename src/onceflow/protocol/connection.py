@@ -51,10 +51,20 @@ class RequestReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class SaslTokenReceived:
+    """A SASL token sent unframed, after SaslHandshake v0 (before KIP-152's SaslAuthenticate)."""
+
+    token: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class UnsupportedApiVersionsRequest:
     """ApiVersions with a version we do not know: clients expect a v0 answer (KIP-511)."""
 
     correlation_id: int
+
+
+Event = RequestReceived | UnsupportedApiVersionsRequest | SaslTokenReceived
 
 
 class Connection:
@@ -70,7 +80,10 @@ class Connection:
         read_buffer_bytes: int = READ_BUFFER_BYTES,
         pool: MemoryPool | None = None,
     ) -> None:
-        self._max_request_bytes = max_request_bytes
+        # Lowered by the shell until a SASL client is authenticated (sasl.server.max.receive.size).
+        self.max_request_bytes = max_request_bytes
+        # Set by the shell while frames are SASL tokens (SaslHandshake v0), not requests.
+        self.raw_frames = False
         # A frame that needs a buffer of its own takes its size from `pool` first; while it
         # cannot (`waiting_for_memory`), the shell reads nothing more from this connection.
         self._pool = pool
@@ -89,9 +102,9 @@ class Connection:
             return self._frame[self._filled :]
         return memoryview(self._reads)[self._end :]
 
-    def buffer_updated(self, nbytes: int) -> list[RequestReceived | UnsupportedApiVersionsRequest]:
+    def buffer_updated(self, nbytes: int) -> list[Event]:
         """`nbytes` were read into the last `get_buffer()`: the requests they completed."""
-        events: list[RequestReceived | UnsupportedApiVersionsRequest] = []
+        events: list[Event] = []
         if self._frame is not None:
             self._filled += nbytes
             if self._filled == len(self._frame):
@@ -118,9 +131,9 @@ class Connection:
 
     def receive_data(
         self, data: bytes | bytearray | memoryview
-    ) -> list[RequestReceived | UnsupportedApiVersionsRequest]:
+    ) -> list[Event]:
         """The requests that `data`, the next bytes of the stream, completed."""
-        events: list[RequestReceived | UnsupportedApiVersionsRequest] = []
+        events: list[Event] = []
         with memoryview(data) as source:
             position = 0
             while position < len(source):
@@ -183,14 +196,14 @@ class Connection:
         self.waiting_for_memory = 0
 
     def _decode_frames(
-        self, view: memoryview, events: list[RequestReceived | UnsupportedApiVersionsRequest]
+        self, view: memoryview, events: list[Event]
     ) -> int:
         """Decode every whole frame in `view`; returns where the unfinished rest starts."""
         position = 0
         while len(view) - position >= 4:
             (size,) = _INT32.unpack_from(view, position)
-            if size < 8 or size > self._max_request_bytes:
-                raise ProtocolError(f"request size {size} outside 8..{self._max_request_bytes}")
+            if size < 8 or size > self.max_request_bytes:
+                raise ProtocolError(f"request size {size} outside 8..{self.max_request_bytes}")
             end = position + 4 + size
             if len(view) < end:
                 break
@@ -199,8 +212,9 @@ class Connection:
             position = end
         return position
 
-    @staticmethod
-    def _decode(frame: memoryview) -> RequestReceived | UnsupportedApiVersionsRequest:
+    def _decode(self, frame: memoryview) -> Event:
+        if self.raw_frames:
+            return SaslTokenReceived(bytes(frame))
         try:
             api_key, api_version, correlation_id = peek_request_prefix(frame)
             header, body = decode_request(frame)
