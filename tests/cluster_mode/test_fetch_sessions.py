@@ -163,8 +163,9 @@ def listed(response: Any) -> dict[int, int]:
 
 @pytest.mark.zookeeper
 def test_a_leader_answers_a_followers_session_with_what_changed(cluster: Cluster) -> None:
-    # Broker 3 replicates none of them: posing as it, the test leaves the leader's ISR as it is.
-    create_topic_with_assignments(cluster, "sessions", [[1, 2]] * 3)
+    # The test fetches in the name of broker 3, a follower (a broker that is no replica is
+    # refused); the real one fetches on beside it, in a session of its own.
+    create_topic_with_assignments(cluster, "sessions", [[1, 2, 3]] * 3)
     for partition in range(3):
         cluster.wait_for_leader("sessions", partition)
     with WireClient(cluster.brokers[1].bootstrap_servers) as client:

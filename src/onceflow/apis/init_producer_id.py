@@ -27,14 +27,14 @@ def handle(request: Request) -> Any:
     if transactional_id == "":
         return _answer(request, ErrorCode.invalid_request)
     broker = request.broker
+    if transactional_id is not None and coordinator_elsewhere(request):
+        return _answer(request, ErrorCode.not_coordinator)
     if not broker.producer_ids.ready():
         # The next block of ids has to come from ZooKeeper: the client asks again, and the
         # event loop never waits for ZooKeeper meanwhile.
         return _answer(request, ErrorCode.coordinator_load_in_progress)
     if transactional_id is None:
         return _answer(request, ErrorCode.none, broker.producer_ids.allocate(), 0)
-    if coordinator_elsewhere(request):
-        return _answer(request, ErrorCode.not_coordinator)
     reply = broker.transactions.init_producer_id(
         transactional_id,
         int(body.transaction_timeout.total_seconds() * 1000),

@@ -216,6 +216,7 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.join(self.endpoint.host, self.endpoint.port, self.listener_endpoints)
             self._complete_prepared()  # its markers go to the leaders the view names
+            self.producer_ids.ready()  # a first block of producer ids, asked for ahead of need
 
     def _complete_prepared(self) -> None:
         for transactional_id in self.transactions.pending_completions():
