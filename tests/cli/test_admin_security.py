@@ -212,3 +212,15 @@ def test_errors_are_one_line(broker: EmbeddedBroker, admin_config: str, tmp_path
         assert "Traceback" not in result.stderr
     unknown = _onceflow(broker, "users", "remove", "nobody", "--command-config", admin_config)
     assert unknown.returncode == 1 and "unknown user 'nobody'" in unknown.stderr
+
+
+def test_the_tools_own_wire_client_logs_in_with_command_config(
+    broker: EmbeddedBroker, admin_config: str
+) -> None:
+    """`topics list` and `txn list` speak the protocol themselves rather than through librdkafka."""
+    for args in (("topics", "list"), ("txn", "list")):
+        refused = _onceflow(broker, *args, "--timeout", "3")  # control: without a login
+        assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+        logged_in = _onceflow(broker, *args, "--command-config", admin_config)
+        assert logged_in.returncode == 0, logged_in.stderr
+    assert TOPIC in _onceflow(broker, "topics", "list", "--command-config", admin_config).stdout
