@@ -567,7 +567,9 @@ class _ClientProtocol(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._end(None)
-        return True  # the answers still coming are written before the connection closes
+        # The answers still coming are written before the connection closes; TLS has no
+        # half-closed connections (asyncio closes it and warns of a True here).
+        return self.transport is None or self.transport.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connection.close()
