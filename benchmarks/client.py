@@ -8,6 +8,10 @@
                       --warmup-seconds 1 --fetch-wait-ms 5
     client.py failover --bootstrap HOST:PORT,... --topic T --partitions 4 --partition 0 --kill-pid PID
                        --interval-ms 5 --warmup-seconds 2
+    client.py connect --bootstrap HOST:PORT --connections 50 --mechanism SCRAM-SHA-256
+                      --username U --password P
+
+Every command but connect takes --client-config '{"security.protocol": "SSL", ...}'.
 
 The same code runs against the onceflow broker and the librdkafka mock cluster; only
 `--bootstrap` differs. Topics are auto-created by a metadata request, so each broker decides
@@ -34,6 +38,8 @@ _METADATA_TIMEOUT_S = 30.0
 _TRANSACTION_TIMEOUT_S = 60.0
 _IDLE_TIMEOUT_S = 30.0
 _FAILOVER_TIMEOUT_S = 60.0
+# --client-config: what every client of the command adds to its settings (TLS, SASL).
+_CLIENT_CONFIG: dict[str, Any] = {}
 
 
 def main() -> int:
@@ -44,6 +50,15 @@ def main() -> int:
         command.add_argument("--bootstrap", required=True)
         command.add_argument("--topic", required=True)
         command.add_argument("--partitions", type=int, required=True)
+        command.add_argument(
+            "--client-config", type=json.loads, default={}, help="librdkafka settings (TLS, SASL) as JSON"
+        )
+    connect_command = commands.add_parser("connect")
+    connect_command.add_argument("--bootstrap", required=True)
+    connect_command.add_argument("--connections", type=int, required=True)
+    connect_command.add_argument("--mechanism", required=True, help="PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    connect_command.add_argument("--username", required=True)
+    connect_command.add_argument("--password", required=True)
     produce_command = commands.choices["produce"]
     produce_command.add_argument("--record-size", type=int, required=True)
     produce_command.add_argument("--records", type=int, required=True)
@@ -74,7 +89,9 @@ def main() -> int:
     failover_command.add_argument("--interval-ms", type=float, required=True, help="one record per interval")
     failover_command.add_argument("--warmup-seconds", type=float, required=True, help="acks before the kill")
     args = parser.parse_args()
+    _CLIENT_CONFIG.update(getattr(args, "client_config", {}))
     run = {
+        "connect": connect,
         "produce": produce,
         "consume": consume,
         "read-to-end": read_to_end,
@@ -83,6 +100,35 @@ def main() -> int:
     }[args.command]
     print(json.dumps(run(args)), flush=True)
     return 0
+
+
+def connect(args: argparse.Namespace) -> dict[str, Any]:
+    """Open `--connections` connections one after another, each logging in with SASL (over
+    plaintext: the login alone is timed) through onceflow's own synchronous wire client, which
+    asks only ApiVersions, SaslHandshake and SaslAuthenticate; each connection's time, from the
+    TCP connect to the end of the login (the client's key derivation included)."""
+    from onceflow.admin.client import BrokerConnection
+    from onceflow.admin.login import client_login
+
+    login = client_login(
+        {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": args.mechanism,
+            "sasl.username": args.username,
+            "sasl.password": args.password,
+        }
+    )
+    seconds = []
+    for _ in range(args.connections):
+        started = time.perf_counter()
+        connection = BrokerConnection(args.bootstrap, _METADATA_TIMEOUT_S, login)
+        seconds.append(time.perf_counter() - started)
+        connection.close()
+    return {
+        "connections": args.connections,
+        "median_ms": statistics.median(seconds) * 1000,
+        "max_ms": max(seconds) * 1000,
+    }
 
 
 def produce(args: argparse.Namespace) -> dict[str, Any]:
@@ -98,6 +144,7 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
         "acks": "all",
         "enable.idempotence": True,
         "linger.ms": args.linger_ms,
+        **_CLIENT_CONFIG,
     }
     if args.commit_interval_ms:
         config["transactional.id"] = f"onceflow-benchmarks-{args.topic}"
@@ -435,6 +482,7 @@ def consumer_config(bootstrap: str, extra: dict[str, Any] | None = None) -> dict
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "fetch.queue.backoff.ms": 10,
+        **_CLIENT_CONFIG,
         **(extra or {}),
     }
 

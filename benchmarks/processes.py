@@ -33,7 +33,7 @@ MOCK_BROKER_SCRIPT = BENCHMARKS_DIR / "mock_broker.py"
 SPARK_JOB_SCRIPT = BENCHMARKS_DIR / "spark_job.py"
 QUIX_SCRIPT = BENCHMARKS_DIR / "quix_payments.py"
 
-_LISTENING = re.compile(r"listening on (\S+):(\d+)")
+_LISTENING = re.compile(r"listening on (?:\w+://)?(\S+):(\d+)")  # the first listener
 _METRICS = re.compile(r"metrics on (\S+)")
 
 

@@ -9,15 +9,23 @@ ratio, so a noisy shared machine slows both sides of a comparison alike.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import statistics
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from processes import (
     QUIX_SCRIPT,
     SPARK_JOB_SCRIPT,
@@ -55,6 +63,9 @@ CLUSTER_SIZE = 3  # `onceflow cluster run`'s default replication factor is min(3
 FAILOVER_PARTITION = 0
 FAILOVER_INTERVAL_MS = 5  # the steady producer's pace during a failover: 200 records/s
 FAILOVER_WARMUP_SECONDS = 2.0
+SCRAM_CONNECTIONS = 50
+SCRAM_ITERATIONS = 4096  # Kafka's default and least
+BENCH_ADMIN = ("admin", "admin-secret")
 
 
 @dataclass(frozen=True)
@@ -134,6 +145,8 @@ BOUNDS_CHECK_COST = Target("ratio ≥ 0.97", on_ratio=True, limit=0.97)
 REPLICATED_VS_SINGLE_PRODUCE = Target("ratio ≥ 0.5", on_ratio=True, limit=0.5)
 FAILOVER = Target("< 5 s", on_ratio=False, limit=5.0)
 REPLICATED_VS_SINGLE_LATENCY = Target("ratio ≤ 2", on_ratio=True, limit=2.0, ratio_at_most=True)
+TLS_VS_PLAINTEXT = Target("ratio ≥ 0.6", on_ratio=True, limit=0.6)
+SCRAM_LOGIN = Target("≤ 50 ms", on_ratio=False, limit=50.0)
 TARGETS = {
     "produce 1 KB records, MB/s, vs dd fdatasync": PRODUCE_VS_DISK,
     "produce 1 KB records, MB/s, vs the mock cluster": PRODUCE_VS_MOCK,
@@ -160,6 +173,8 @@ TARGETS = {
     "produce-to-consume p99 at 10 MB/s, 3 brokers with replication factor 3 vs one broker": (
         REPLICATED_VS_SINGLE_LATENCY
     ),
+    "produce MB/s, 1 KB records, over TLS vs plaintext": TLS_VS_PLAINTEXT,
+    "SCRAM authentication of one connection at 4,096 iterations, ms": SCRAM_LOGIN,
 }
 
 
@@ -338,8 +353,10 @@ def _produce(
     total_bytes: int,
     commit_interval_ms: int = 0,
     abort_every: int = 0,
+    client_config: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Produce to a 4-partition topic, acks=all, linger.ms=5: idempotent, or in transactions."""
+    """Produce to a 4-partition topic, acks=all, linger.ms=5: idempotent, or in transactions;
+    `client_config` adds librdkafka settings (TLS, say)."""
     records = total_bytes // record_size
     mode = f"a commit every {commit_interval_ms} ms" if commit_interval_ms else "idempotent"
     if abort_every:
@@ -356,6 +373,7 @@ def _produce(
         linger_ms=5,
         commit_interval_ms=commit_interval_ms,
         abort_every=abort_every,
+        client_config=json.dumps(client_config or {}),
     )
     return _with_rates(figures)
 
@@ -1063,6 +1081,120 @@ def _failover(run: Run, cluster: OnceflowCluster, topic: str) -> dict[str, Any]:
     return {**kill, "killed_broker": killed_id, "new_leader": new_id}
 
 
+def security(run: Run) -> Outcome:
+    """Produce 1 KB records to a broker over TLS and to one over plaintext, both up at once and
+    loaded alternately, a few times each (the rows compare medians); then the time one
+    connection takes to log in with SASL/SCRAM-SHA-256 at 4,096 iterations, beside PLAIN's, one
+    connection after another to a SASL_PLAINTEXT listener (so the login alone is timed)."""
+    from onceflow.security.certificates import make_certificates
+
+    outcome = Outcome()
+    ca, keystore = make_certificates(run.new_dir("security-certificates"))
+    partitions = {"num.partitions": str(THROUGHPUT_PARTITIONS)}
+    tls_settings = {
+        **partitions,
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(ca),
+    }
+    user, password = BENCH_ADMIN
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{user}" password="{password}" user_{user}="{password}";'
+    )
+    sasl_settings = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+    }
+    tls_client = {"security.protocol": "SSL", "ssl.ca.location": str(ca)}
+    runs: dict[str, list[dict[str, Any]]] = {"tls": [], "plaintext": []}
+    total_bytes = run.sizes.produce_bytes[1000]
+    with (
+        onceflow_broker(run.new_dir("security-plaintext-data"), partitions, run.work_dir) as plaintext,
+        _listener_broker("TLS", run.new_dir("security-tls-data"), tls_settings, run) as tls,
+        _listener_broker("SASL", run.new_dir("security-sasl-data"), sasl_settings, run) as sasl,
+    ):
+        for broker in (plaintext, tls, sasl):
+            broker.start()
+        for _ in range(run.sizes.rounds):
+            for side, broker, client in (("tls", tls, tls_client), ("plaintext", plaintext, None)):
+                os.sync()
+                runs[side].append(
+                    _produce(run, broker, f"security-{side}", 1000, total_bytes, client_config=client)
+                )
+        _add_scram_user(sasl.bootstrap, user, password)
+        logins = {
+            mechanism: run.client(
+                "connect",
+                timeout_s=300,
+                bootstrap=sasl.bootstrap,
+                connections=SCRAM_CONNECTIONS,
+                mechanism=mechanism,
+                username=user,
+                password=password,
+            )
+            for mechanism in ("SCRAM-SHA-256", "PLAIN")
+        }
+        for broker in (plaintext, tls, sasl):
+            broker.stop()
+    medians = {
+        side: statistics.median(figures["mb_per_s"] for figures in side_runs)
+        for side, side_runs in runs.items()
+    }
+    outcome.figures = {**runs, "median_mb_per_s": medians, "logins": logins}
+    outcome.rows += [
+        Row(
+            f"produce 1 KB over TLS, acks=all (median of {run.sizes.rounds} per side)",
+            "MB/s",
+            medians["tls"],
+            medians["plaintext"],
+            "plaintext",
+            TLS_VS_PLAINTEXT,
+        ),
+        Row(
+            f"SASL/SCRAM-SHA-256 login, {SCRAM_ITERATIONS:,} iterations"
+            f" (median of {SCRAM_CONNECTIONS} connections)",
+            "ms",
+            logins["SCRAM-SHA-256"]["median_ms"],
+            logins["PLAIN"]["median_ms"],
+            "PLAIN login",
+            SCRAM_LOGIN,
+        ),
+    ]
+    return outcome
+
+
+def _listener_broker(name: str, data_dir: Path, settings: dict[str, str], run: Run) -> BrokerProcess:
+    """A onceflow broker whose `listeners` setting names its one listener."""
+    argv = [sys.executable, "-m", "onceflow.cli", "broker", "--data-dir", str(data_dir)]
+    for key, value in settings.items():
+        argv += ["--set", f"{key}={value}"]
+    return BrokerProcess(
+        f"onceflow broker ({name})", argv, run.work_dir / f"onceflow-broker-{name.lower()}.log"
+    )
+
+
+def _add_scram_user(bootstrap: str, user: str, password: str) -> None:
+    """The SCRAM credential of `user`, added by the same user logged in with PLAIN."""
+    admin = AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": password,
+        }
+    )
+    upsert = UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, SCRAM_ITERATIONS), password.encode()
+    )
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(timeout=60)
+
+
 SCENARIOS: dict[str, Callable[[Run], Outcome]] = {
     "throughput": throughput,
     "latency": latency,
@@ -1072,6 +1204,7 @@ SCENARIOS: dict[str, Callable[[Run], Outcome]] = {
     "spark": spark,
     "bounds": bounds,
     "replication": replication,
+    "security": security,
 }
 
 

@@ -30,6 +30,7 @@ SPARK_LANES = {
     "tests/pipeline/test_standalone.py": "spark",
     "tests/spark/test_data_source.py": "spark",
     "tests/spark/test_kill_restart.py": "spark",
+    "tests/spark/test_secured.py": "spark",
 }
 
 

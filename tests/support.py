@@ -18,9 +18,15 @@ class Read:
 
 
 def read_to_end(
-    bootstrap: str, topic: str, partitions: int, isolation: str = "read_uncommitted", timeout_s: float = 60
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    isolation: str = "read_uncommitted",
+    timeout_s: float = 60,
+    config: dict[str, str] | None = None,
 ) -> dict[int, list[Read]]:
-    """Every record of `topic` from offset 0 up to the end (the LSO for read_committed), per partition."""
+    """Every record of `topic` from offset 0 up to the end (the LSO for read_committed), per
+    partition; `config` adds client settings (TLS, SASL)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -28,6 +34,7 @@ def read_to_end(
             "isolation.level": isolation,
             "enable.partition.eof": True,
             "enable.auto.commit": False,
+            **(config or {}),
         }
     )
     consumer.assign([TopicPartition(topic, partition, 0) for partition in range(partitions)])

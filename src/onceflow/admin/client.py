@@ -14,11 +14,12 @@ from __future__ import annotations
 import datetime
 import io
 import socket
+import ssl
 import struct
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -28,8 +29,11 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from onceflow.admin.errors import AdminError, UsageError
+from onceflow.admin.login import PLAINTEXT, ClientLogin, client_login
 from onceflow.admin.schema import DescribeTransactionsResponseV0
 from onceflow.protocol.build import build
+from onceflow.security.sasl_errors import AuthenticationFailed
+from onceflow.security.scram import ScramClient
 
 _INT32 = struct.Struct(">i")
 _CLIENT_ID = "onceflow-admin"
@@ -51,6 +55,8 @@ class Api:
 
 
 API_VERSIONS = Api(18, "ApiVersions", 0, 0)
+SASL_HANDSHAKE = Api(17, "SaslHandshake", 1, 1)
+SASL_AUTHENTICATE = Api(36, "SaslAuthenticate", 0, 1)
 # Metadata v0-3 are gone from Kafka 4; v4 is the oldest every supported broker still has.
 METADATA = Api(3, "Metadata", 4, 12)
 # v4 changed FindCoordinator to batches; v1-3 all look the same.
@@ -142,18 +148,26 @@ def error_name(code: ErrorCode) -> str:
 
 
 class BrokerConnection:
-    """One socket to one broker; requests are sent one at a time."""
+    """One socket to one broker, over TLS and logged in with SASL as `login` says; requests
+    are sent one at a time."""
 
-    def __init__(self, address: str, timeout_s: float) -> None:
+    def __init__(self, address: str, timeout_s: float, login: ClientLogin = PLAINTEXT) -> None:
         self.address = address
         self._timeout_s = timeout_s
+        host, port = parse_address(address)
         try:
-            self._socket = socket.create_connection(parse_address(address), timeout=timeout_s)
+            self._socket = socket.create_connection((host, port), timeout=timeout_s)
+            if login.ssl_context is not None:
+                self._socket = login.ssl_context.wrap_socket(self._socket, server_hostname=host)
+        except ssl.SSLError as error:
+            raise AdminError(f"TLS with the broker at {address} failed: {error.reason or error}") from error
         except OSError as error:
             raise AdminError(f"cannot reach a broker at {address}: {error.strerror or error}") from error
         self._correlation_id = 0
         try:
             versions = self._send(API_VERSIONS, API_VERSIONS.max_version, {})
+            if login.mechanism is not None:
+                self._log_in(login)
         except AdminError:
             self.close()
             raise
@@ -166,6 +180,32 @@ class BrokerConnection:
 
     def close(self) -> None:
         self._socket.close()
+
+    def _log_in(self, login: ClientLogin) -> None:
+        """SaslHandshake v1, then SaslAuthenticate with the mechanism's messages (KIP-152)."""
+        assert login.mechanism is not None
+        handshake = self._send(SASL_HANDSHAKE, SASL_HANDSHAKE.max_version, {"mechanism": login.mechanism})
+        if handshake.error_code != ErrorCode.none:
+            raise AdminError(
+                f"{self.address} does not take SASL {login.mechanism} "
+                f"({error_name(handshake.error_code)}; it takes {', '.join(handshake.mechanisms) or 'none'})"
+            )
+        if login.mechanism == "PLAIN":
+            self._authenticate(f"\0{login.username}\0{login.password}".encode())
+            return
+        scram = ScramClient(login.mechanism, login.username, login.password)
+        server_first = self._authenticate(scram.first())
+        try:
+            scram.verify(self._authenticate(scram.final(server_first)))
+        except AuthenticationFailed as error:
+            raise AdminError(f"SASL authentication with {self.address} failed: {error}") from error
+
+    def _authenticate(self, token: bytes) -> bytes:
+        answer = self._send(SASL_AUTHENTICATE, SASL_AUTHENTICATE.max_version, {"auth_bytes": token})
+        if answer.error_code != ErrorCode.none:
+            why = answer.error_message or error_name(answer.error_code)
+            raise AdminError(f"SASL authentication with {self.address} failed: {why}")
+        return bytes(answer.auth_bytes)
 
     def call(self, api: Api, **fields: Any) -> Any:
         """Send one request at the newest version both sides know and return its response."""
@@ -222,8 +262,10 @@ class BrokerConnection:
 class Cluster:
     """Connections to the brokers of one cluster, opened as requests need them."""
 
-    def __init__(self, bootstrap: str, timeout_s: float) -> None:
+    def __init__(self, bootstrap: str, timeout_s: float, properties: Mapping[str, str] | None = None) -> None:
+        """`properties`: a --command-config file's, for TLS and SASL (`admin.login`)."""
         self._timeout_s = timeout_s
+        self._login = client_login(properties)
         self._bootstrap = self._connect_any(bootstrap.split(","))
         self._addresses: dict[int, str] = {}
         self._connections: dict[int, BrokerConnection] = {}
@@ -416,7 +458,7 @@ class Cluster:
             if node_id not in self._addresses:
                 raise AdminError(f"broker {node_id} is not in the cluster metadata")
             connection = self._connections[node_id] = BrokerConnection(
-                self._addresses[node_id], self._timeout_s
+                self._addresses[node_id], self._timeout_s, self._login
             )
         return connection
 
@@ -424,7 +466,7 @@ class Cluster:
         failure: AdminError | None = None
         for address in addresses:
             try:
-                return BrokerConnection(address, self._timeout_s)
+                return BrokerConnection(address, self._timeout_s, self._login)
             except UsageError:
                 raise
             except AdminError as error:

@@ -54,6 +54,11 @@ def register(commands: argparse._SubParsersAction[Any], common: argparse.Argumen
     run.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a config key for every broker"
     )
+    run.add_argument(
+        "--security",
+        choices=("sasl_ssl",),
+        help="SASL_SSL only, with ACLs: makes a CA, certificates and an admin user under DATA_DIR/security",
+    )
     run.set_defaults(foreground=run_cluster_command)
     elect = actions.add_parser(
         "elect-leaders", parents=[common], help="move leadership to preferred replicas, or elect unclean"
@@ -71,7 +76,9 @@ def run_cluster_command(args: argparse.Namespace) -> int:
 
     try:
         require("onceflow cluster run", "kazoo", "cluster", ("kazoo",))
-        options = BrokerOptions(args.metrics, args.set)
+        if args.security is not None:
+            require("onceflow cluster run --security", "cryptography", "security", ("cryptography",))
+        options = BrokerOptions(args.metrics, args.set, args.security)
         return run_cluster(args.brokers, args.data_dir, lambda line: print(line, flush=True), options)
     except (LaunchError, MissingExtraError) as error:
         print(f"onceflow cluster run: {error}", file=sys.stderr)

@@ -10,14 +10,14 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from onceflow.admin import cluster, consume, groups, produce, topics, transactions
+from onceflow.admin import acls, cluster, consume, groups, produce, topics, transactions, users
 from onceflow.admin.client import parse_address
 from onceflow.admin.confluent import kafka_error_text
 from onceflow.admin.errors import AdminError
 from onceflow.admin.render import show
 from onceflow.properties import PropertiesError, read_properties
 
-COMMANDS = ("topics", "groups", "txn", "cluster", "produce", "consume")
+COMMANDS = ("topics", "groups", "txn", "cluster", "produce", "consume", "users", "acls")
 
 
 def _bootstrap(value: str) -> str:
@@ -63,6 +63,8 @@ def add_admin_commands(commands: argparse._SubParsersAction[Any]) -> None:
     groups.register(commands, common)
     transactions.register(commands, common)
     cluster.register(commands, common)
+    users.register(commands, common)
+    acls.register(commands, common)
 
 
 def run_admin_command(args: argparse.Namespace) -> int:

@@ -149,7 +149,7 @@ def _consume(consumer: Consumer, args: argparse.Namespace, show: Callable[[Messa
 
 def _assign(consumer: Consumer, args: argparse.Namespace) -> list[int]:
     """Assign the partitions asked for, each from where `args` says; return them."""
-    with Cluster(args.bootstrap, _CONNECT_TIMEOUT_S) as cluster:
+    with Cluster(args.bootstrap, _CONNECT_TIMEOUT_S, args.command_config) as cluster:
         every = [p.partition for p in cluster.partitions([args.topic])]  # AdminError when unknown
     wanted = list(dict.fromkeys(args.partition)) or every
     missing = sorted(set(wanted) - set(every))

@@ -254,7 +254,7 @@ def reset_offsets(args: argparse.Namespace) -> Report:
 
 def delete_offsets(args: argparse.Namespace) -> Report:
     # OffsetDelete through the wire client: confluent-kafka's Python AdminClient has no binding.
-    with Cluster(args.bootstrap, args.timeout) as cluster:
+    with Cluster(args.bootstrap, args.timeout, args.command_config) as cluster:
         every = [p.partition for p in cluster.partitions([args.topic])]  # AdminError when unknown
         partitions = list(dict.fromkeys(args.partition)) or every
         errors = cluster.delete_offsets(args.group, [(args.topic, partition) for partition in partitions])

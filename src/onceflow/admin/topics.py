@@ -87,7 +87,7 @@ def register(commands: argparse._SubParsersAction[Any], common: argparse.Argumen
 
 def list_topics(args: argparse.Namespace) -> Report:
     # Metadata through the wire client: confluent-kafka's list_topics() does not say which are internal.
-    with Cluster(args.bootstrap, args.timeout) as cluster:
+    with Cluster(args.bootstrap, args.timeout, args.command_config) as cluster:
         partitions = cluster.partitions()
     counts = Counter(p.topic for p in partitions)
     internal = {p.topic for p in partitions if p.internal}
@@ -139,7 +139,7 @@ def describe_topics(args: argparse.Namespace) -> Report:
     dead brokers, and the offsets. An offline partition (no leader) is shown with leader none and
     no offsets, not as a failure: its offsets can only be asked of a leader."""
     names = list(dict.fromkeys(args.topics))
-    with Cluster(args.bootstrap, args.timeout) as cluster:
+    with Cluster(args.bootstrap, args.timeout, args.command_config) as cluster:
         described = cluster.describe(names)  # AdminError for an unknown topic
     admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)
     led = [(p.topic, p.partition) for p in described if p.leader >= 0]
@@ -266,7 +266,7 @@ def alter_config(args: argparse.Namespace) -> Report:
 
 def delete_records_before(args: argparse.Namespace) -> Report:
     # The wire client's Metadata does not create the topic, as confluent-kafka's would.
-    with Cluster(args.bootstrap, args.timeout) as cluster:
+    with Cluster(args.bootstrap, args.timeout, args.command_config) as cluster:
         every = [p.partition for p in cluster.partitions([args.topic])]  # AdminError when unknown
     partitions = list(dict.fromkeys(args.partition)) or every
     admin = confluent.connect(args.bootstrap, args.timeout, args.command_config)

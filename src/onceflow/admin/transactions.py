@@ -107,7 +107,7 @@ def _description_row(description: TransactionDescription, now_ms: int) -> dict[s
 
 
 def list_transactions(args: argparse.Namespace) -> Report:
-    with Cluster(args.bootstrap, args.timeout) as cluster:
+    with Cluster(args.bootstrap, args.timeout, args.command_config) as cluster:
         listings = cluster.list_transactions(args.state, args.producer_id)
     rows = [
         {
@@ -127,7 +127,7 @@ def list_transactions(args: argparse.Namespace) -> Report:
 
 def describe_transactions(args: argparse.Namespace) -> Report:
     wanted = list(dict.fromkeys(args.transactional_ids))
-    with Cluster(args.bootstrap, args.timeout) as cluster:
+    with Cluster(args.bootstrap, args.timeout, args.command_config) as cluster:
         described = cluster.describe_transactions(wanted)
     missing = [transactional_id for transactional_id in wanted if transactional_id not in described]
     if missing:
@@ -139,7 +139,7 @@ def describe_transactions(args: argparse.Namespace) -> Report:
 
 def describe_producers(args: argparse.Namespace) -> Report:
     key = (args.topic, args.partition)
-    with Cluster(args.bootstrap, args.timeout) as cluster:
+    with Cluster(args.bootstrap, args.timeout, args.command_config) as cluster:
         producers = cluster.describe_producers([key])[key]
     rows = [
         {
@@ -190,7 +190,7 @@ def _hanging_reason(
 
 
 def find_hanging(args: argparse.Namespace) -> Report:
-    with Cluster(args.bootstrap, args.timeout) as cluster:
+    with Cluster(args.bootstrap, args.timeout, args.command_config) as cluster:
         partitions = [
             (p.topic, p.partition) for p in cluster.partitions(args.topic or None) if not p.internal
         ]
@@ -308,7 +308,7 @@ def abort_transaction(args: argparse.Namespace) -> Report:
         raise UsageError("give a transactional id or --topic/--partition/--producer-id, not both")
     if args.transactional_id is None and any(value is None for value in by_partition):
         raise UsageError("give a transactional id, or all three of --topic, --partition and --producer-id")
-    with Cluster(args.bootstrap, args.timeout) as cluster:
+    with Cluster(args.bootstrap, args.timeout, args.command_config) as cluster:
         transactional_id = args.transactional_id or _transactional_id_of(
             cluster, args.topic, args.partition, args.producer_id
         )

@@ -1,7 +1,7 @@
 """AlterUserScramCredentials (51): add, replace or delete users' SCRAM credentials (KIP-554: the
 client sends the salt and the salted password, never the password). Kafka's checks: a known
 mechanism (UNSUPPORTED_SASL_MECHANISM), 4096 to 16384 iterations and a user name
-(UNACCEPTABLE_CREDENTIAL), a user named once (DUPLICATE_RESOURCE), a deletion of a credential
+(UNACCEPTABLE_CREDENTIAL), a user's mechanism named once (DUPLICATE_RESOURCE), a deletion of a credential
 that exists (RESOURCE_NOT_FOUND). The credentials are stored (the data directory's file fsynced,
 or ZooKeeper's /config/users) before the answer, and the next authentication uses them."""
 
@@ -23,19 +23,20 @@ MAX_VERSION = 0
 def handle(request: Request) -> Any:
     body = request.body
     security = request.broker.security
-    named = Counter(entry.name for entry in (*body.deletions, *body.upsertions))
+    entries = (*body.deletions, *body.upsertions)
+    named = Counter((entry.name, int(entry.mechanism)) for entry in entries)
     errors: dict[str, tuple[ErrorCode, str]] = {}
     upserts: dict[tuple[str, str], ScramCredential] = {}
     deletions: list[tuple[str, str]] = []
-    for entry in (*body.deletions, *body.upsertions):
+    for entry in entries:
         mechanism = MECHANISM_CODES.get(int(entry.mechanism))
         problem = None
         if not entry.name:
             problem = (ErrorCode.unacceptable_credential, "Username must not be empty")
-        elif named[entry.name] > 1:
+        elif named[entry.name, int(entry.mechanism)] > 1:
             problem = (
                 ErrorCode.duplicate_resource,
-                f"Cannot alter the same user twice in one request: {entry.name}",
+                "A user credential cannot be altered twice in the same request",
             )
         elif mechanism is None:
             problem = (ErrorCode.unsupported_sasl_mechanism, f"Unknown SCRAM mechanism {entry.mechanism}")
@@ -62,7 +63,7 @@ def handle(request: Request) -> Any:
             errors.setdefault(entry.name, problem)
     upserts = {key: value for key, value in upserts.items() if key[0] not in errors}
     deletions = [key for key in deletions if key[0] not in errors]
-    return _stored(request, list(named), errors, upserts, deletions)
+    return _stored(request, list(dict.fromkeys(entry.name for entry in entries)), errors, upserts, deletions)
 
 
 async def _stored(

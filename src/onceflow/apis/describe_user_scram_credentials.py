@@ -1,6 +1,6 @@
 """DescribeUserScramCredentials (50): each user's SCRAM mechanisms and iteration counts (never
-the salted keys); all users when none is named. An unknown user is RESOURCE_NOT_FOUND, a user
-named twice DUPLICATE_RESOURCE (KIP-554)."""
+the salted keys); all users when none is named (a null or empty list). An unknown user is
+RESOURCE_NOT_FOUND, a user named twice DUPLICATE_RESOURCE (KIP-554)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ _CODES = {name: code for code, name in MECHANISM_CODES.items()}
 def handle(request: Request) -> Any:
     credentials = request.broker.security.credentials
     users = request.body.users
-    names = sorted(credentials) if users is None else [user.name for user in users]
+    # None or empty: every user, as Kafka (librdkafka sends an empty list).
+    names = [user.name for user in users] if users else sorted(credentials)
     counts = Counter(names)
     results = []
     for name in dict.fromkeys(names):

@@ -215,6 +215,7 @@ class Broker:
         """In cluster mode, register with ZooKeeper (after `start`, which knows the endpoint)."""
         if self.cluster is not None:
             await self.cluster.join(self.endpoint.host, self.endpoint.port, self.listener_endpoints)
+            await self.security.use_zookeeper(self.cluster.client)
             self._complete_prepared()  # its markers go to the leaders the view names
             self.producer_ids.ready()  # a first block of producer ids, asked for ahead of need
 
@@ -230,6 +231,7 @@ class Broker:
             for task in cluster_tasks:
                 task.cancel()
             await asyncio.gather(*cluster_tasks, return_exceptions=True)
+            await self.security.close()
             await self.cluster.leave()
         # A transaction stopped half-way stays Prepare* in its log and completes at the next start.
         if self._group_timer is not None:

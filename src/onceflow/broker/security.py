@@ -1,39 +1,56 @@
 """The broker's security: each listener's TLS context and SASL mechanisms, the SCRAM
 credentials, the authorizer (None without `authorizer.class.name`: everything is allowed, as
 before), and how this broker logs in to others. ACLs and credentials are kept in the data
-directory, or in ZooKeeper in a cluster (`cluster.security_zk`); a change is durable there
-before it is acknowledged and applied."""
+directory, or in ZooKeeper in a cluster (`cluster.security_zk`, which every broker follows); a
+change is durable there before it is acknowledged and applied."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
 import ssl
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from onceflow.broker.config import BrokerConfig, ConfigError
 from onceflow.broker.config_keys import JAAS_SUFFIX
 from onceflow.broker.listeners import Listener, listener_setting
 from onceflow.security.acls import AclBinding, AclFilter
 from onceflow.security.authorizer import Authorizer, parse_super_users
+from onceflow.security.changes import (
+    Credentials,
+    CredentialUpserts,
+    with_acls,
+    with_credentials,
+    without_acls,
+)
 from onceflow.security.jaas import JaasError, parse_jaas
 from onceflow.security.plain import PlainServer
 from onceflow.security.principal import ANONYMOUS, MappingRuleError, PrincipalMapper, subject_name
 from onceflow.security.scram import HASHES, ScramCredential, ScramServer
 from onceflow.security.session import Mechanism, Session
-from onceflow.security.store import Credentials, SecurityFiles
+from onceflow.security.store import SecurityFiles
 from onceflow.security.tls import TlsConfigError, client_context, server_context
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from onceflow.cluster.security_zk import ZooKeeperSecurity
 
 
 class SecurityStore(Protocol):
-    """Where ACLs and credentials are kept: the data directory, or ZooKeeper."""
+    """Where ACLs and credentials are kept: the data directory, or ZooKeeper. A change is
+    durable there, and applied to the broker's authorizer and credentials, when it returns."""
 
-    async def save_acls(self, bindings: tuple[AclBinding, ...]) -> None: ...
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> None: ...
 
-    async def save_credentials(self, users: Credentials, changed: set[str]) -> None: ...
+    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclBinding]]: ...
+
+    async def alter_credentials(
+        self, upserts: CredentialUpserts, deletions: Sequence[tuple[str, str]]
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -65,16 +82,20 @@ class ClientSecurity:
 class BrokerSecurity:
     def __init__(self, config: BrokerConfig, data_dir: Path) -> None:
         self._config = config
-        self.files = SecurityFiles(data_dir)
-        self.store: SecurityStore = _FileStore(self.files)
-        self.credentials: Credentials = self.files.load_credentials()
+        # In a cluster the store is ZooKeeper's, from `use_zookeeper` on; until then no ACL
+        # or credential is known, and only super users are allowed.
+        clustered = bool(config.get("zookeeper.connect"))
+        files = SecurityFiles(data_dir)
+        self.store: SecurityStore = _FileStore(files, self)
+        self.credentials: Credentials = {} if clustered else files.load_credentials()
         self.authorizer: Authorizer | None = None
         if config.get("authorizer.class.name"):
             self.authorizer = Authorizer(
                 parse_super_users(config.get("super.users")),
                 config.get_bool("allow.everyone.if.no.acl.found"),
-                self.files.load_acls(),
+                None if clustered else files.load_acls(),
             )
+        self._zookeeper: ZooKeeperSecurity | None = None
         # Salts for users that do not exist, the same for a name as long as the broker runs.
         self._unknown_user_secret = secrets.token_bytes(32)
         self._lock: asyncio.Lock | None = None
@@ -147,51 +168,50 @@ class BrokerSecurity:
             )
         return ClientSecurity(context, mechanism, *login)
 
+    # -- the store -----------------------------------------------------------------------
+    async def use_zookeeper(self, client: KazooClient) -> None:
+        """Keep ACLs and credentials in the cluster's ZooKeeper (read once before this returns)."""
+        from onceflow.cluster.security_zk import ZooKeeperSecurity
+
+        zookeeper = ZooKeeperSecurity(client, self.replace_acls, self.replace_credentials)
+        await zookeeper.start()
+        self._zookeeper = zookeeper
+        self.store = zookeeper
+
+    async def close(self) -> None:
+        if self._zookeeper is not None:
+            await self._zookeeper.stop()
+
+    def replace_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """The store's ACLs now."""
+        if self.authorizer is not None:
+            self.authorizer.replace(bindings)
+
+    def replace_credentials(self, users: Credentials) -> None:
+        """The store's credentials now."""
+        self.credentials = users
+
     # -- SCRAM credentials -------------------------------------------------------------------
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.credentials.get(user, {}).get(mechanism)
 
     async def alter_credentials(
-        self, upserts: Mapping[tuple[str, str], ScramCredential], deletions: Iterable[tuple[str, str]]
+        self, upserts: CredentialUpserts, deletions: Sequence[tuple[str, str]]
     ) -> None:
         async with self._mutex():
-            users = {name: dict(creds) for name, creds in self.credentials.items()}
-            changed = set()
-            for (name, mechanism), credential in upserts.items():
-                users.setdefault(name, {})[mechanism] = credential
-                changed.add(name)
-            for name, mechanism in deletions:
-                users.get(name, {}).pop(mechanism, None)
-                changed.add(name)
-            users = {name: creds for name, creds in users.items() if creds}
-            await self.store.save_credentials(users, changed)
-            self.credentials = users
-
-    def replace_credentials(self, users: Credentials) -> None:
-        """The store's credentials now (ZooKeeper changed)."""
-        self.credentials = users
+            await self.store.alter_credentials(upserts, deletions)
 
     # -- ACLs --------------------------------------------------------------------------------
-    async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
         assert self.authorizer is not None
         async with self._mutex():
-            updated = tuple(dict.fromkeys((*self.authorizer.bindings, *bindings)))
-            if updated != self.authorizer.bindings:
-                await self.store.save_acls(updated)
-                self.authorizer.replace(updated)
+            await self.store.create_acls(bindings)
 
-    async def delete_acls(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclBinding]]:
         """The bindings each filter deleted."""
         assert self.authorizer is not None
         async with self._mutex():
-            current = self.authorizer.bindings
-            matched = [[binding for binding in current if found.matches(binding)] for found in filters]
-            gone = {binding for bindings in matched for binding in bindings}
-            if gone:
-                kept = tuple(binding for binding in current if binding not in gone)
-                await self.store.save_acls(kept)
-                self.authorizer.replace(kept)
-            return matched
+            return await self.store.delete_acls(filters)
 
     def _mutex(self) -> asyncio.Lock:
         if self._lock is None:
@@ -200,11 +220,37 @@ class BrokerSecurity:
 
 
 class _FileStore:
-    def __init__(self, files: SecurityFiles) -> None:
+    """The data directory's files, for a broker on its own: each change replaces a whole file."""
+
+    def __init__(self, files: SecurityFiles, security: BrokerSecurity) -> None:
         self._files = files
+        self._security = security
 
-    async def save_acls(self, bindings: tuple[AclBinding, ...]) -> None:
-        await asyncio.to_thread(self._files.save_acls, bindings)
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        authorizer = self._security.authorizer
+        assert authorizer is not None
+        updated = with_acls(authorizer.bindings, bindings)
+        if updated != authorizer.bindings:
+            await asyncio.to_thread(self._files.save_acls, updated)
+            authorizer.replace(updated)
 
-    async def save_credentials(self, users: Credentials, changed: set[str]) -> None:
+    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[list[AclBinding]]:
+        authorizer = self._security.authorizer
+        assert authorizer is not None
+        kept, matched = without_acls(authorizer.bindings, filters)
+        if kept != authorizer.bindings:
+            await asyncio.to_thread(self._files.save_acls, kept)
+            authorizer.replace(kept)
+        return matched
+
+    async def alter_credentials(
+        self, upserts: CredentialUpserts, deletions: Sequence[tuple[str, str]]
+    ) -> None:
+        current = self._security.credentials
+        users = {
+            user: with_credentials(user, current.get(user, {}), upserts, deletions)
+            for user in {*current, *(name for name, _ in (*upserts, *deletions))}
+        }
+        users = {user: credentials for user, credentials in users.items() if credentials}
         await asyncio.to_thread(self._files.save_credentials, users)
+        self._security.replace_credentials(users)

@@ -5,7 +5,8 @@ Each broker writes to `DIR/broker-N.log`, whose first line is the command that s
 broker killed by hand (a fault to watch) can be started again with the same port, data dir and
 id. ZooKeeper keeps its state in `DIR/zookeeper`, removed on stop: the cluster lives as long as
 the command. With `metrics` (host, base port), broker N serves Prometheus metrics on the base
-port + N - 1 (each on a free port for base 0); `settings` go to every broker as `--set`.
+port + N - 1 (each on a free port for base 0); `settings` go to every broker as `--set`. With
+`security` "sasl_ssl" the brokers serve SASL_SSL only, with an authorizer (`cluster.secured`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from onceflow.cluster.errors import ClusterError
 from onceflow.cluster.ports import restartable_port
 from onceflow.cluster.zookeeper_server import ZooKeeperServer, free_port
+
+if TYPE_CHECKING:
+    from onceflow.cluster.secured import SecuredCluster
 
 HOST = "127.0.0.1"
 # A SIGKILLed broker's partitions get new leaders once its session ends: 3 s, well under the
@@ -67,6 +72,7 @@ class BrokerOptions:
 
     metrics: tuple[str, int] | None = None  # host and base port
     settings: Sequence[str] = ()  # KEY=VALUE, after the launcher's own
+    security: str | None = None  # "sasl_ssl": `cluster.secured` makes what it needs
 
     def metrics_address(self, broker_id: int) -> str | None:
         if self.metrics is None:
@@ -76,16 +82,26 @@ class BrokerOptions:
 
 
 def broker_command(
-    broker_id: int, port: int, data_dir: Path, zookeeper: str, brokers: int, options: BrokerOptions
+    broker_id: int,
+    port: int,
+    data_dir: Path,
+    zookeeper: str,
+    brokers: int,
+    options: BrokerOptions,
+    secured: SecuredCluster | None = None,
 ) -> list[str]:
     metrics = options.metrics_address(broker_id)
+    listen = (
+        ["--config", str(secured.broker_config), "--set", secured.listeners(HOST, port)]
+        if secured is not None
+        else ["--listen", f"{HOST}:{port}"]
+    )
     return [
         sys.executable,
         "-m",
         "onceflow.cli",
         "broker",
-        "--listen",
-        f"{HOST}:{port}",
+        *listen,
         "--data-dir",
         str(data_dir),
         "--zookeeper",
@@ -143,15 +159,29 @@ def run_cluster(
             raise LaunchError(str(error).splitlines()[0]) from error
         assert zookeeper.process is not None
         out(f"zookeeper pid {zookeeper.process.pid} listening on {zookeeper.connect_string}")
+        secured = None
+        if options.security is not None:
+            from onceflow.cluster.secured import secure  # cryptography, the `security` extra
+
+            secured = secure(data_dir / "security", zookeeper.connect_string)
         for broker_id in range(1, brokers + 1):
-            launched.append(_start_broker(broker_id, data_dir, zookeeper.connect_string, brokers, options))
+            launched.append(
+                _start_broker(broker_id, data_dir, zookeeper.connect_string, brokers, options, secured)
+            )
         for broker in launched:
             _wait_listening(broker)
             out(f"broker {broker.broker_id} pid {broker.process.pid} listening on {broker.address}")
             if options.metrics is not None:
                 out(f"broker {broker.broker_id} metrics on {_metrics_url(broker)}")
         wait_registered(zookeeper.connect_string, brokers)
-        out(f"cluster ready: bootstrap {','.join(broker.address for broker in launched)}")
+        bootstrap = ",".join(broker.address for broker in launched)
+        out(f"cluster ready: bootstrap {bootstrap}")
+        if secured is not None:
+            out(
+                f"clients connect over SASL_SSL as the super user admin with {secured.client_properties}"
+                f" (e.g. onceflow topics list --bootstrap {bootstrap} --command-config"
+                f" {secured.client_properties})"
+            )
         _watch(launched, out)
     except Stopped:
         pass
@@ -167,12 +197,19 @@ def run_cluster(
 
 
 def _start_broker(
-    broker_id: int, data_dir: Path, zookeeper: str, brokers: int, options: BrokerOptions
+    broker_id: int,
+    data_dir: Path,
+    zookeeper: str,
+    brokers: int,
+    options: BrokerOptions,
+    secured: SecuredCluster | None,
 ) -> LaunchedBroker:
     # Below the ephemeral range: the command in the broker's log starts it again on this port
     # after a kill, which a client connection's local port could otherwise have taken.
     port = restartable_port() or free_port()
-    command = broker_command(broker_id, port, data_dir / f"broker-{broker_id}", zookeeper, brokers, options)
+    command = broker_command(
+        broker_id, port, data_dir / f"broker-{broker_id}", zookeeper, brokers, options, secured
+    )
     log_path = data_dir / f"broker-{broker_id}.log"
     with log_path.open("wb") as log:
         log.write(f"{RESTART_PREFIX}{restart_line(command)}\n".encode())

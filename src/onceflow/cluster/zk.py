@@ -110,6 +110,11 @@ class ZooKeeperCluster:
         self._controller_epoch_version = -1
         self._topic_configs: Mapping[str, Mapping[str, str]] = {}
 
+    @property
+    def client(self) -> KazooClient:
+        """The ZooKeeper session (started by `join`), which `cluster.security_zk` shares."""
+        return self._client
+
     # -- lifecycle ---------------------------------------------------------------------------
     async def join(
         self, host: str, port: int, endpoints: Mapping[str, tuple[str, int]] | None = None

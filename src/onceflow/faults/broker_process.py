@@ -24,10 +24,13 @@ class BrokerProcess:
         log_path: Path,
         metrics: bool = False,
         extra_args: Sequence[str] = (),
+        listener: str = "PLAINTEXT",
     ) -> None:
-        """`extra_args`: more `onceflow broker` arguments, e.g. `--zookeeper` and `--broker-id`."""
+        """`extra_args`: more `onceflow broker` arguments, e.g. `--zookeeper` and `--broker-id`;
+        `listener`: the security protocol of its one listener (its `listeners` setting)."""
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
+        self.listener = listener
         self.settings = settings
         self.log_path = log_path
         self.metrics = metrics
@@ -42,7 +45,11 @@ class BrokerProcess:
     def start(self) -> BrokerProcess:
         if not self.port:  # its first start: a port it can have again after a SIGKILL
             self.port = restartable_port()
-        command = [sys.executable, "-m", "onceflow.cli", "broker", "--listen", f"127.0.0.1:{self.port}"]
+        command = [sys.executable, "-m", "onceflow.cli", "broker"]
+        if self.listener == "PLAINTEXT":
+            command += ["--listen", f"127.0.0.1:{self.port}"]
+        else:
+            command += ["--set", f"listeners={self.listener}://127.0.0.1:{self.port}"]
         command += ["--data-dir", str(self.data_dir), *self.extra_args]
         if self.metrics:
             command += ["--metrics", "127.0.0.1:0"]

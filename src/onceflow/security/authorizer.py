@@ -36,14 +36,21 @@ def parse_super_users(value: str) -> frozenset[str]:
 
 class Authorizer:
     def __init__(
-        self, super_users: frozenset[str], allow_if_no_acl: bool, bindings: Iterable[AclBinding] = ()
+        self,
+        super_users: frozenset[str],
+        allow_if_no_acl: bool,
+        bindings: Iterable[AclBinding] | None = (),
     ) -> None:
+        """`bindings` None: the store has not been read yet (a cluster's broker before it
+        reads ZooKeeper), and until `replace` gives them only super users are allowed."""
         self.super_users = super_users
         self.allow_if_no_acl = allow_if_no_acl
         self._by_type: dict[ResourceType, tuple[AclBinding, ...]] = {}
         self._bindings: tuple[AclBinding, ...] = ()
         self._decisions: dict[_Decision, bool] = {}
-        self.replace(bindings)
+        self._loaded = bindings is not None
+        self.replace(bindings or ())
+        self._loaded = bindings is not None
 
     @property
     def bindings(self) -> tuple[AclBinding, ...]:
@@ -57,6 +64,7 @@ class Authorizer:
             by_type.setdefault(binding.resource_type, []).append(binding)
         self._by_type = {key: tuple(value) for key, value in by_type.items()}
         self._decisions = {}
+        self._loaded = True
 
     def authorize(
         self, principal: str, host: str, operation: Operation, resource_type: ResourceType, name: str
@@ -74,6 +82,8 @@ class Authorizer:
     ) -> bool:
         if principal in self.super_users:
             return True
+        if not self._loaded:
+            return False
         implied_by = IMPLIED_BY.get(operation, frozenset())
         covered = allowed = False
         for binding in self._by_type.get(resource_type, ()):
@@ -109,6 +119,8 @@ class Authorizer:
         idempotent producer asks it for WRITE on any topic)."""
         if principal in self.super_users:
             return True
+        if not self._loaded:
+            return False
         bindings = self._by_type.get(resource_type, ())
         if not bindings:
             return self.allow_if_no_acl

@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.security.acls import AclBinding, Operation, PatternType, Permission, ResourceType
+from onceflow.security.changes import Credentials
 from onceflow.security.scram import ScramCredential
 
 ACLS_FILE = "acls.json"
 CREDENTIALS_FILE = "scram-credentials.json"
-
-# A user's credentials, by mechanism name.
-Credentials = dict[str, dict[str, ScramCredential]]
 
 
 class SecurityStoreError(ValueError):
