@@ -18,12 +18,18 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.log.batch import STORED_PREFIX_SIZE, BatchHeader, decode_records, stored_prefix
+from onceflow.log.batch import (
+    STORED_PREFIX_SIZE,
+    BatchHeader,
+    control_batch_coordinator_epoch,
+    decode_records,
+    stored_prefix,
+)
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogReadError
 from onceflow.log.files import fsync_directory, write_atomically
 from onceflow.log.leader_epochs import LeaderEpochCache, LeaderEpochCheckpoint
-from onceflow.log.loader import load_log
+from onceflow.log.loader import load_log, marker_coordinator_epoch
 from onceflow.log.producer_state import (
     CompletedTransaction,
     ProducerStateManager,
@@ -221,9 +227,11 @@ class PartitionLog:
                 self.assign_leader_epoch(header.partition_leader_epoch, batch_offset)
         position = 0
         for header, batch_offset in zip(headers, base_offsets, strict=True):
-            completed = self.producer_state.update(header, batch_offset, now_ms)
+            batch = view[position : position + header.size]
+            coordinator_epoch = control_batch_coordinator_epoch(batch) if header.is_control else -1
+            completed = self.producer_state.update(header, batch_offset, now_ms, coordinator_epoch)
             if completed is not None:
-                self._record_completion(completed, view[position : position + header.size])
+                self._record_completion(completed, batch)
             position += header.size
         return AppendResult(base_offset, last_offset)
 
@@ -269,7 +277,8 @@ class PartitionLog:
         first = max(bisect_right(self._segments, replay_from, key=_base_offset) - 1, 0)
         for segment in self._segments[first:]:
             for header in segment.batches_from(replay_from):
-                self.producer_state.update(header, header.base_offset, now_ms)
+                coordinator_epoch = marker_coordinator_epoch(segment, header)
+                self.producer_state.update(header, header.base_offset, now_ms, coordinator_epoch)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and start it empty at `offset` (above its end): a follower whose

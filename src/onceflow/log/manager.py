@@ -80,6 +80,9 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         self._last_checkpoint: dict[tuple[str, int], int] | None = None
         self._closed = False
+        # Counts the changes to the topics (created, deleted, grown, reconfigured), so that a
+        # view of them is made again only when they changed.
+        self.changes = 0
         try:
             self.topics = _read_topics(data_dir / TOPICS_FILE)
             self.names_by_topic_id = {info.topic_id: name for name, info in self.topics.items()}
@@ -250,6 +253,7 @@ class LogManager:
         }
         data = json.dumps(content, indent=2, sort_keys=True).encode()
         write_atomically(self.data_dir / TOPICS_FILE, data)
+        self.changes += 1
 
     def _set_aside_unknown_dirs(self) -> None:
         """Finish interrupted deletions; keep, but rename, partition directories of topics
