@@ -41,7 +41,8 @@ def _key(commit: int, keys: int) -> tuple[str, TopicPartition]:
 def _open(data_dir: Path, segment_bytes: int) -> tuple[LogManager, GroupCoordinator]:
     logs = LogManager(data_dir, LogConfig(), int(time.time() * 1000))
     config = {**CONSUMER_OFFSETS_CONFIG, "segment.bytes": str(segment_bytes)}
-    log = PartitionCoordinatorLog.open(logs, CONSUMER_OFFSETS_TOPIC, config)
+    logs.create_topic(CONSUMER_OFFSETS_TOPIC, 1, config)
+    log = PartitionCoordinatorLog(logs.get(CONSUMER_OFFSETS_TOPIC, 0))
     return logs, GroupCoordinator(log, lambda _: True, GroupConfig(), int(time.time() * 1000))
 
 

@@ -182,9 +182,11 @@ def test_a_failed_transaction_outcome_changes_nothing() -> None:
     before = _durable_view(harness.coordinator)
     harness.log.failure = DISK_FULL
     with pytest.raises(LogAppendError):
-        harness.coordinator.complete_transaction(PRODUCER, commit=True, now_ms=3)
+        harness.coordinator.complete_transaction(PRODUCER, 0, commit=True, coordinator_epoch=0, now_ms=3)
     assert _durable_view(harness.coordinator) == before == _durable_view(harness.replayed())
     harness.log.failure = None
-    assert harness.coordinator.complete_transaction(PRODUCER, commit=True, now_ms=4) == [harness.log]
+    assert harness.coordinator.complete_transaction(
+        PRODUCER, 0, commit=True, coordinator_epoch=0, now_ms=4
+    ) == [harness.log]
     assert _durable_view(harness.coordinator) == _durable_view(harness.replayed())
     assert harness.coordinator.fetch_offsets("g", [PARTITION], True)[0].offset == OffsetAndMetadata(9)
