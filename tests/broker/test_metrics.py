@@ -131,8 +131,8 @@ def test_metrics_follow_producers_transactions_and_groups(
     assert value(samples, "kafka_consumergroup_current_offset", **group) == COMMITTED
     assert value(samples, "kafka_consumergroup_lag", **group) == produced - COMMITTED
 
-    # topics: payments, __consumer_offsets, __transaction_state
-    assert value(samples, "kafka_server_replicamanager_partition_count") == 3
+    # topics: payments, and the internal topics' 50 partitions each (Kafka's defaults)
+    assert value(samples, "kafka_server_replicamanager_partition_count") == 1 + 50 + 50
     assert ("kafka_server_replicamanager_under_replicated_partitions", frozenset()) in samples
 
     transactional.commit_transaction(30)

@@ -7,11 +7,12 @@ the broker advertises `transaction.version` 2 (it does not).
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere, for_version, once_settled
+from onceflow.apis.common import Request, for_version, once_settled, transaction_coordinator
 from onceflow.broker.core import now_ms
 
 API_KEY = 24
@@ -23,21 +24,10 @@ FIRST_VERSION_WITH_PRODUCER_FENCED = 2
 def handle(request: Request) -> Any:
     body = request.body
     wanted = [(topic.name, partition) for topic in body.v3_and_below_topics for partition in topic.partitions]
-    if coordinator_elsewhere(request):
-        return request.respond(
-            throttle_time=0,
-            results_by_topic_v3_and_below=[
-                {
-                    "name": topic.name,
-                    "results_by_partition": [
-                        {"partition_index": partition, "partition_error_code": ErrorCode.not_coordinator}
-                        for partition in topic.partitions
-                    ],
-                }
-                for topic in body.v3_and_below_topics
-            ],
-        )
-    reply = request.broker.transactions.add_partitions(
+    shard = transaction_coordinator(request, body.v3_and_below_transactional_id)
+    if isinstance(shard, ErrorCode):
+        return _refused(request, shard)
+    reply = shard.coordinator.add_partitions(
         body.v3_and_below_transactional_id,
         body.v3_and_below_producer_id,
         body.v3_and_below_producer_epoch,
@@ -60,4 +50,21 @@ def handle(request: Request) -> Any:
             {"name": topic, "results_by_partition": partitions} for topic, partitions in by_topic.items()
         ],
     )
-    return once_settled(request, reply, answer)
+    return once_settled(request, shard, reply, answer, partial(_refused, request))
+
+
+def _refused(request: Request, code: ErrorCode) -> Any:
+    """Every partition of the request answered `code`."""
+    return request.respond(
+        throttle_time=0,
+        results_by_topic_v3_and_below=[
+            {
+                "name": topic.name,
+                "results_by_partition": [
+                    {"partition_index": partition, "partition_error_code": code}
+                    for partition in topic.partitions
+                ],
+            }
+            for topic in request.body.v3_and_below_topics
+        ],
+    )

@@ -7,11 +7,12 @@ and the answer waits until that is durable.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere, for_version, once_settled
+from onceflow.apis.common import Request, for_version, once_settled, transaction_coordinator
 from onceflow.broker.core import now_ms
 
 API_KEY = 22
@@ -28,9 +29,10 @@ def handle(request: Request) -> Any:
     broker = request.broker
     if transactional_id is None:
         return _answer(request, ErrorCode.none, broker.producer_ids.allocate(), 0)
-    if coordinator_elsewhere(request):
-        return _answer(request, ErrorCode.not_coordinator)
-    reply = broker.transactions.init_producer_id(
+    shard = transaction_coordinator(request, transactional_id)
+    if isinstance(shard, ErrorCode):
+        return _answer(request, shard)
+    reply = shard.coordinator.init_producer_id(
         transactional_id,
         int(body.transaction_timeout.total_seconds() * 1000),
         getattr(body, "producer_id", -1),
@@ -44,7 +46,7 @@ def handle(request: Request) -> Any:
         result.producer_id,
         result.producer_epoch,
     )
-    return once_settled(request, reply, answer)
+    return once_settled(request, shard, reply, answer, partial(_answer, request))
 
 
 def _answer(request: Request, code: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> Any:

@@ -29,8 +29,16 @@ DEFAULTS: dict[str, str] = {
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
     "offset.metadata.max.bytes": "4096",
-    "offsets.topic.num.partitions": "1",
+    # The coordinators' internal topics, with Kafka's defaults. A single broker keeps one replica
+    # of each; a cluster creates them when first needed, once this many brokers are live.
+    "offsets.topic.num.partitions": "50",
+    "offsets.topic.replication.factor": "3",
     "offsets.topic.segment.bytes": str(100 * 1024 * 1024),
+    # How long an offset commit waits for the ISR of its partition (then COORDINATOR_NOT_AVAILABLE).
+    "offsets.commit.timeout.ms": "5000",
+    "transaction.state.log.num.partitions": "50",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
     "transaction.state.log.segment.bytes": str(100 * 1024 * 1024),
     "log.cleaner.enable": "true",
     "log.cleaner.backoff.ms": "15000",

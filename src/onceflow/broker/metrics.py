@@ -14,7 +14,7 @@ import collections
 import dataclasses
 import time
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -25,7 +25,12 @@ from prometheus_client.registry import Collector
 
 from onceflow.coordinator.group import GroupCoordinator
 from onceflow.coordinator.transaction import TransactionCoordinator
+from onceflow.log.log import PartitionLog
 from onceflow.log.manager import LogManager
+
+# The coordinators this broker runs now (one per internal partition it leads).
+Coordinators = Callable[[], tuple[Iterable[TransactionCoordinator], Iterable[GroupCoordinator]]]
+HighWatermark = Callable[[str, int, PartitionLog], int]
 
 # Request latency: from sub-millisecond metadata answers to long polls and slow fsyncs.
 REQUEST_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -67,9 +72,7 @@ class Metrics:
 
 
 class PrometheusMetrics(Metrics):
-    def __init__(
-        self, logs: LogManager, transactions: TransactionCoordinator, groups: GroupCoordinator
-    ) -> None:
+    def __init__(self, logs: LogManager, coordinators: Coordinators, high_watermark: HighWatermark) -> None:
         self.registry = CollectorRegistry()
         self._requests = Counter(
             "kafka_network_requestmetrics_requests",
@@ -136,7 +139,7 @@ class PrometheusMetrics(Metrics):
         self._error_children: dict[tuple[int, ErrorCode], Any] = {}
         self._topic_in: dict[str, tuple[Any, Any]] = {}
         self._topic_out: dict[str, Any] = {}
-        self.registry.register(_StateCollector(logs, transactions, groups))
+        self.registry.register(_StateCollector(logs, coordinators, high_watermark))
 
     def request_finished(self, api_key: int, request: str, started: float, response: Any) -> None:
         children = self._request_children.get(api_key)
@@ -183,12 +186,10 @@ class PrometheusMetrics(Metrics):
 class _StateCollector(Collector):
     """Gauges read from the broker's state at scrape time (on the event loop, see server.py)."""
 
-    def __init__(
-        self, logs: LogManager, transactions: TransactionCoordinator, groups: GroupCoordinator
-    ) -> None:
+    def __init__(self, logs: LogManager, coordinators: Coordinators, high_watermark: HighWatermark) -> None:
         self._logs = logs
-        self._transactions = transactions
-        self._groups = groups
+        self._coordinators = coordinators
+        self._high_watermark = high_watermark
 
     def collect(self) -> Iterator[Metric]:
         partition_count = GaugeMetricFamily(
@@ -206,8 +207,7 @@ class _StateCollector(Collector):
         )
         high_watermarks: dict[tuple[str, int], int] = {}
         for topic, partition, log in self._logs.partitions():
-            # The high watermark is the flushed offset (broker/core.py's high_watermark).
-            hw = log.flushed_offset
+            hw = self._high_watermark(topic, partition, log)
             high_watermarks[(topic, partition)] = hw
             lso_lag.add_metric([topic, str(partition)], hw - log.last_stable_offset(hw))
         partition_count.add_metric([], len(high_watermarks))
@@ -215,14 +215,16 @@ class _StateCollector(Collector):
         yield partition_count
         yield under_replicated
         yield lso_lag
-        yield from self._transaction_metrics()
-        yield from self._group_metrics(high_watermarks)
+        transactions, groups = self._coordinators()
+        yield from self._transaction_metrics(transactions)
+        yield from self._group_metrics(groups, high_watermarks)
 
-    def _transaction_metrics(self) -> Iterator[Metric]:
+    def _transaction_metrics(self, coordinators: Iterable[TransactionCoordinator]) -> Iterator[Metric]:
         now_ms = int(time.time() * 1000)
         open_starts = [
             metadata.start_ms
-            for metadata in self._transactions.transactions.values()
+            for coordinator in coordinators
+            for metadata in coordinator.transactions.values()
             if not metadata.state.is_complete
         ]
         count = GaugeMetricFamily(
@@ -237,7 +239,9 @@ class _StateCollector(Collector):
         yield count
         yield oldest
 
-    def _group_metrics(self, high_watermarks: dict[tuple[str, int], int]) -> Iterator[Metric]:
+    def _group_metrics(
+        self, coordinators: Iterable[GroupCoordinator], high_watermarks: dict[tuple[str, int], int]
+    ) -> Iterator[Metric]:
         labels = ["consumergroup", "topic", "partition"]
         committed = GaugeMetricFamily(
             "kafka_consumergroup_current_offset", "A group's committed offset, per partition.", labels=labels
@@ -247,8 +251,8 @@ class _StateCollector(Collector):
             "High watermark minus a group's committed offset, per partition.",
             labels=labels,
         )
-        for listing in self._groups.list_groups():
-            for fetched in self._groups.fetch_offsets(listing.group_id, None, require_stable=False):
+        for coordinator, listing in ((c, listing) for c in coordinators for listing in c.list_groups()):
+            for fetched in coordinator.fetch_offsets(listing.group_id, None, require_stable=False):
                 topic, partition = fetched.partition
                 hw = high_watermarks.get((topic, partition))
                 if fetched.offset is None or hw is None:
