@@ -446,14 +446,15 @@ class TransactionCoordinator:
         """Phase two of a prepared transaction, as steps: after each `yield` the caller resumes
         once the logs yielded are committed and the markers yielded written. Prepare*
         committed, then a marker on every partition and the group offsets settled, all
-        committed, then Complete*, committed. A crash anywhere leaves Prepare* in the log, and the restart
-        finishes in the decided direction. Raises LogError when an append fails: the
-        transaction stays prepared, and a later call starts over."""
+        committed, then Complete*, committed. A crash anywhere leaves Prepare* in the log, and
+        whoever loads the partition next finishes in the decided direction. Raises LogError when
+        an append fails: the transaction stays prepared, and a later call starts over."""
         metadata = self.transactions[transactional_id]
         assert metadata.state.is_prepared, metadata.state
         commit = metadata.state == TxnState.PREPARE_COMMIT
         yield (self.log,)
         failpoints.reach("txn.after-prepare")
+        failpoints.hold("txn.hold-after-prepare")  # a coordinator paused here, and its partition moved
 
         written: list[Awaited] = []
         for partition in sorted(metadata.partitions):
