@@ -170,10 +170,7 @@ REQUESTS: list[tuple[str, int, int, dict[str, Any], Callable[[Any], Any]]] = [
 
 
 def coordinator_of(cluster: Cluster, key: str = "g", key_type: int = 0) -> int:
-    """The broker FindCoordinator names for `key`, asked of a live broker; -1 while there is none."""
-    with WireClient(cluster.bootstrap_servers.split(",")[-1]) as client:
-        found = client.request(10, 4, key_type=key_type, coordinator_keys=[key])
-    return int(found.coordinators[0].node_id)
+    return cluster.coordinator(key, key_type)
 
 
 @pytest.mark.parametrize(
