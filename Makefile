@@ -3,10 +3,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup bytecode demo test test-quick lint bench fuzz clean
+.PHONY: setup bytecode demo test test-quick lint bench soak fuzz clean
 
 # `make fuzz FUZZ_SECONDS=60` for a short run.
 FUZZ_SECONDS ?= 1800
+# `make soak SOAK_SECONDS=600` for a longer one.
+SOAK_SECONDS ?= 150
 
 setup: $(STAMP)
 
@@ -40,6 +42,12 @@ test-quick: lint bytecode
 
 bench: setup bytecode
 	$(PY) benchmarks/run.py
+
+# The cluster soaks at full length (make test runs them for 25 and 60 s): brokers, coordinators
+# included, SIGKILLed and started again under an exactly-once pipeline and acks=all producers.
+soak: setup bytecode
+	ONCEFLOW_COORDINATOR_SOAK_S=$(SOAK_SECONDS) ONCEFLOW_SOAK_S=$(SOAK_SECONDS) $(PY) -m pytest -q -s --timeout 3600 \
+		tests/cluster_mode/test_coordinator_soak.py tests/cluster_mode/test_failover_under_load.py
 
 fuzz: setup
 	$(VENV)/bin/onceflow fuzz --seconds $(FUZZ_SECONDS) --regressions tests/fuzz/regressions \
