@@ -739,6 +739,10 @@ class Broker:
         if all(len(self._partitions[topic, index].replicas) <= 1 for topic, index, _, _ in targets):
             await durable
             return ErrorCode.none
+        # A coordinator appends without telling anyone: its followers, long-polling, copy it now.
+        self.appended(
+            log for topic, index, log, end in targets if self._partitions[topic, index].high_watermark() < end
+        )
         replicated = await self.wait_replicated(targets, timeout_s)
         return next((code for code in replicated.values() if code != ErrorCode.none), ErrorCode.none)
 
