@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from confluent_kafka import Producer
 from processes import (
     QUIX_SCRIPT,
     SPARK_JOB_SCRIPT,
@@ -33,7 +34,9 @@ from processes import (
 from quixstreams_venv import QUIXSTREAMS_VERSION, VENV_DIR, VenvUnavailable, quixstreams_python
 from rich.console import Console
 
-from onceflow.cluster.launcher import SESSION_TIMEOUT_MS
+from onceflow.cluster.launcher import SESSION_TIMEOUT_MS, LaunchError, wait_registered
+from onceflow.cluster.zk import read_cluster
+from onceflow.coordinator.transaction import TRANSACTION_LOG
 
 MB = 1_000_000  # decimal megabytes, as dd reports them
 RECORD_SIZES = (1000, 100)
@@ -55,6 +58,7 @@ CLUSTER_SIZE = 3  # `onceflow cluster run`'s default replication factor is min(3
 FAILOVER_PARTITION = 0
 FAILOVER_INTERVAL_MS = 5  # the steady producer's pace during a failover: 200 records/s
 FAILOVER_WARMUP_SECONDS = 2.0
+COORDINATOR_FAILOVER_INTERVAL_MS = 20  # a transaction of one record per interval
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,8 @@ SPARK_READ_VS_CONSUMER = Target("ratio ≥ 0.8", on_ratio=True, limit=0.8)
 BOUNDS_CHECK_COST = Target("ratio ≥ 0.97", on_ratio=True, limit=0.97)
 REPLICATED_VS_SINGLE_PRODUCE = Target("ratio ≥ 0.5", on_ratio=True, limit=0.5)
 FAILOVER = Target("< 5 s", on_ratio=False, limit=5.0)
+# Issue 37: exactly-once moves again within 10 s of its coordinator's SIGKILL.
+COORDINATOR_FAILOVER = Target("< 10 s", on_ratio=False, limit=10.0)
 REPLICATED_VS_SINGLE_LATENCY = Target("ratio ≤ 2", on_ratio=True, limit=2.0, ratio_at_most=True)
 TARGETS = {
     "produce 1 KB records, MB/s, vs dd fdatasync": PRODUCE_VS_DISK,
@@ -157,6 +163,7 @@ TARGETS = {
         REPLICATED_VS_SINGLE_PRODUCE
     ),
     "failover: leader SIGKILLed to the first ack by a new leader, s": FAILOVER,
+    "coordinator failover: its broker SIGKILLed to the next committed transaction, s": COORDINATOR_FAILOVER,
     "produce-to-consume p99 at 10 MB/s, 3 brokers with replication factor 3 vs one broker": (
         REPLICATED_VS_SINGLE_LATENCY
     ),
@@ -960,6 +967,10 @@ def replication(run: Run) -> Outcome:
         figures["failovers"] = [
             _failover(run, cluster, "replication-failover") for _ in range(run.sizes.rounds)
         ]
+        figures["coordinator_failovers"] = [
+            _coordinator_failover(run, cluster, "replication-failover", number)
+            for number in range(run.sizes.rounds)
+        ]
     for side, side_runs in runs.items():
         figures[side] = {
             **side_runs,
@@ -974,6 +985,11 @@ def replication(run: Run) -> Outcome:
     }
     failover_s = statistics.median(kill["failover_s"] for kill in figures["failovers"])
     figures["failover_median_s"] = failover_s
+    coordinator_failover_s = statistics.median(
+        kill["failover_s"] for kill in figures["coordinator_failovers"]
+    )
+    figures["coordinator_failover_median_s"] = coordinator_failover_s
+    coordinator_kills = " / ".join(f"{kill['failover_s']:.2f}" for kill in figures["coordinator_failovers"])
     figures["session_timeout_ms"] = SESSION_TIMEOUT_MS
     single_figures, cluster_figures = figures["single"], figures["cluster"]
     kills = " / ".join(f"{kill['failover_s']:.2f}" for kill in figures["failovers"])
@@ -994,6 +1010,14 @@ def replication(run: Run) -> Outcome:
             SESSION_TIMEOUT_MS / 1000,
             "session timeout",
             FAILOVER,
+        ),
+        Row(
+            f"coordinator failover, its broker SIGKILLed to the next commit ({coordinator_kills} s)",
+            "s",
+            coordinator_failover_s,
+            failover_s,
+            "leader failover",
+            COORDINATOR_FAILOVER,
         ),
         Row(
             f"latency p50 at 10 MB/s, RF {CLUSTER_SIZE} ({medians})",
@@ -1061,6 +1085,50 @@ def _failover(run: Run, cluster: OnceflowCluster, topic: str) -> dict[str, Any]:
     run.step(f"{kill['failover_s']:.2f} s to the first ack from broker {new_id}; restart {leader.name}")
     leader.start()
     return {**kill, "killed_broker": killed_id, "new_leader": new_id}
+
+
+def _coordinator_failover(run: Run, cluster: OnceflowCluster, topic: str, number: int) -> dict[str, Any]:
+    """SIGKILL the broker that coordinates a transactional id (the leader of its partition of
+    `__transaction_state`, 50 partitions with 3 replicas), under a producer that commits a
+    transaction every 20 ms, and time until a transaction begun after the kill commits; then
+    start that broker again."""
+    transactional_id = f"bench-coordinator-{number}"
+    # The id's first session: __transaction_state exists from here, and the id in it.
+    Producer(
+        {"bootstrap.servers": cluster.bootstrap, "transactional.id": transactional_id}
+    ).init_transactions(60)
+    # Every replica in sync, as before each leader failover: with the ISR at min.insync.replicas,
+    # the kill would leave the new leader refusing writes until the restarted broker caught up.
+    view = read_cluster(cluster.zookeeper.connect_string, 10)
+    for partition in range(view.partition_count(TRANSACTION_LOG)):
+        cluster.wait_in_sync(TRANSACTION_LOG, partition)
+    coordinator_id = view.coordinator(TRANSACTION_LOG, transactional_id)
+    if coordinator_id not in cluster.brokers:
+        raise BenchmarkError(f"no live coordinator of {transactional_id!r}")
+    coordinator = cluster.brokers[coordinator_id]
+    run.step(
+        f"a transaction every {COORDINATOR_FAILOVER_INTERVAL_MS} ms -> {topic}, SIGKILL the coordinator"
+        f" ({coordinator.name}) after {FAILOVER_WARMUP_SECONDS:.0f} s"
+    )
+    kill = run.client(
+        "coordinator-failover",
+        timeout_s=FAILOVER_WARMUP_SECONDS + 120,
+        bootstrap=cluster.bootstrap,
+        topic=topic,
+        partitions=THROUGHPUT_PARTITIONS,
+        transactional_id=transactional_id,
+        kill_pid=coordinator.pid,
+        interval_ms=COORDINATOR_FAILOVER_INTERVAL_MS,
+        warmup_seconds=FAILOVER_WARMUP_SECONDS,
+    )
+    coordinator.kill()  # reaps the process the client killed
+    run.step(f"{kill['failover_s']:.2f} s to the next commit; restart {coordinator.name}")
+    coordinator.start()
+    try:
+        wait_registered(cluster.zookeeper.connect_string, cluster.size)
+    except LaunchError as error:
+        raise BenchmarkError(str(error)) from None
+    return {**kill, "killed_broker": coordinator_id}
 
 
 SCENARIOS: dict[str, Callable[[Run], Outcome]] = {
