@@ -34,7 +34,7 @@ def test_the_broker_table_measures_each_rows_loss_as_the_documents_predict(tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     assert "broker table: 3 brokers" in result.stdout
     rows = {row["row"]: row for row in json.loads(report.read_text())["broker_table"]}
-    assert list(rows) == ["acks=1", "acks=all,isr>=2", "unclean", "clean"]
+    assert list(rows) == ["acks=1", "acks=all,isr>=2", "unclean", "clean", "exactly-once"]
     assert {row["verdict"] for row in rows.values()} == {"agrees"}
     assert {row["attempts"] for row in rows.values()} <= {1, 2}
     # acks=1: acknowledged by the leader alone during the lag, gone with it.
@@ -49,6 +49,14 @@ def test_the_broker_table_measures_each_rows_loss_as_the_documents_predict(tmp_p
     assert rows["unclean"]["lost_values"] == [f"during-{index}" for index in range(5)]
     assert rows["clean"]["acknowledged_during_fault"] == 5
     assert rows["clean"]["lost"] == 0
+    # Exactly-once: the transaction open when its coordinator died commits through the new one.
+    exactly_once = rows["exactly-once"]
+    assert exactly_once["acknowledged_during_fault"] == 5
+    assert (exactly_once["lost"], exactly_once["duplicated_values"], exactly_once["aborted_read_values"]) == (
+        0,
+        [],
+        [],
+    )
 
 
 def _row(prediction_row: int, history: list[dict[str, Any]]) -> Row:
@@ -121,3 +129,19 @@ def test_a_disagreement_is_kept_not_measured_again() -> None:
     assert settled([{"verdict": DISAGREES}, {"verdict": NOT_TESTED}])
     assert not settled([{"verdict": AGREES}, {"verdict": NOT_TESTED}])
     assert settled([{"verdict": AGREES}, {"verdict": AGREES}])
+
+
+def test_the_exactly_once_row_disagrees_when_an_aborted_value_is_read_or_a_value_twice() -> None:
+    """Negative controls: forged read-backs with a value of an aborted transaction, and with a
+    committed value twice."""
+    row = _row(4, _history("exactly-once", ["before-0", "during-0"], ["before-0", "during-0"]))
+    row.aborted_values = ["aborted-0"]
+    assert row.to_json()["verdict"] == AGREES
+    row.history = _history("exactly-once", ["before-0", "during-0"], ["before-0", "aborted-0", "during-0"])
+    judged = row.to_json()
+    assert (judged["aborted_read_values"], judged["verdict"]) == (["aborted-0"], DISAGREES)
+    row.history = _history("exactly-once", ["before-0", "during-0"], ["before-0", "during-0", "during-0"])
+    judged = row.to_json()
+    assert (judged["duplicated_values"], judged["verdict"]) == (["during-0"], DISAGREES)
+    row.aborted_values = []
+    assert row.to_json()["verdict"] == NOT_TESTED  # nothing aborted: aborted reads were not tested
