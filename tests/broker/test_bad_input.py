@@ -200,6 +200,15 @@ def test_clients_cannot_write_or_delete_the_coordinators_logs(shared_broker: Emb
             20, 6, topics=[{"name": "__transaction_state", "topic_id": None}], timeout=5000
         )
         assert response.responses[0].error_code == ErrorCode.invalid_topic_exception
+        # Nor change their partition count: every key's partition, and its state, would move.
+        grown = wire.request(
+            37,
+            3,
+            topics=[{"name": "__transaction_state", "count": 60, "assignments": None}],
+            timeout=5000,
+            validate_only=False,
+        )
+        assert grown.results[0].error_code == ErrorCode.policy_violation
         assert wire.list_offset("__transaction_state", 0) >= 0
 
 
