@@ -50,12 +50,9 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 def broker_with_metrics(tmp_path: Path) -> Iterator[tuple[BrokerProcess, str]]:
     process = BrokerProcess(tmp_path / "data")
     process.extra_args = ["--metrics", "127.0.0.1:0"]
-    process.start()
-    assert process.process is not None and process.process.stdout is not None
-    line = process.process.stdout.readline().strip()
-    prefix = "onceflow broker metrics on "
-    assert line.startswith(prefix), line
-    yield process, line.removeprefix(prefix)
+    process.start()  # it reads the metrics line too
+    assert process.metrics_url is not None and process.metrics_url.startswith("http://"), process.metrics_url
+    yield process, process.metrics_url
     process.terminate()
 
 
