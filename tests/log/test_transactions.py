@@ -206,10 +206,13 @@ def test_a_marker_from_an_older_coordinator_is_fenced_also_after_a_restart(
         _txn(log, 3, 0)  # 6-7
         log.truncate_to(6, 0)  # rebuilds the producer state by replaying the markers
     else:
+        end = log.log_end_offset
         log.close(flush=reopen == "snapshot")
         for snapshot in [] if reopen == "snapshot" else tmp_path.glob("*.snapshot"):
             snapshot.unlink()
-        log = open_log(tmp_path)
+        # From the snapshot at the end (a clean shutdown's, below the recovery point), or by
+        # replaying every batch from the start.
+        log = open_log(tmp_path, recovery_point=end if reopen == "snapshot" else 0)
     assert _refused(log, 1, 2) == ErrorCode.transaction_coordinator_fenced
     assert _refused(log, 2, 6) == ErrorCode.transaction_coordinator_fenced
     _marked_by(log, 1, coordinator_epoch=4)  # a newer coordinator ends the open one
