@@ -12,6 +12,8 @@
                       --username U --password P
 
 Every command but connect takes --client-config '{"security.protocol": "SSL", ...}'.
+    client.py coordinator-failover --bootstrap HOST:PORT,... --topic T --partitions 4
+                       --transactional-id ID --kill-pid PID --interval-ms 20 --warmup-seconds 2
 
 The same code runs against the onceflow broker and the librdkafka mock cluster; only
 `--bootstrap` differs. Topics are auto-created by a metadata request, so each broker decides
@@ -45,7 +47,7 @@ _CLIENT_CONFIG: dict[str, Any] = {}
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("produce", "consume", "read-to-end", "latency", "failover"):
+    for name in ("produce", "consume", "read-to-end", "latency", "failover", "coordinator-failover"):
         command = commands.add_parser(name)
         command.add_argument("--bootstrap", required=True)
         command.add_argument("--topic", required=True)
@@ -88,6 +90,15 @@ def main() -> int:
     failover_command.add_argument("--kill-pid", type=int, required=True, help="the partition leader's pid")
     failover_command.add_argument("--interval-ms", type=float, required=True, help="one record per interval")
     failover_command.add_argument("--warmup-seconds", type=float, required=True, help="acks before the kill")
+    coordinator_command = commands.choices["coordinator-failover"]
+    coordinator_command.add_argument("--transactional-id", required=True)
+    coordinator_command.add_argument("--kill-pid", type=int, required=True, help="its coordinator's pid")
+    coordinator_command.add_argument(
+        "--interval-ms", type=float, required=True, help="one transaction per interval"
+    )
+    coordinator_command.add_argument(
+        "--warmup-seconds", type=float, required=True, help="commits before the kill"
+    )
     args = parser.parse_args()
     _CLIENT_CONFIG.update(getattr(args, "client_config", {}))
     run = {
@@ -97,6 +108,7 @@ def main() -> int:
         "read-to-end": read_to_end,
         "latency": latency,
         "failover": failover,
+        "coordinator-failover": coordinator_failover,
     }[args.command]
     print(json.dumps(run(args)), flush=True)
     return 0
@@ -468,6 +480,71 @@ def failover(args: argparse.Namespace) -> dict[str, Any]:
         "records_unsent": unsent,
         "errors": errors,
     }
+
+
+def coordinator_failover(args: argparse.Namespace) -> dict[str, Any]:
+    """Commit a transaction of one record every `--interval-ms`; after `--warmup-seconds` of
+    commits, SIGKILL the transactional id's coordinator and time from the kill to the first
+    commit of a transaction begun after it, which only the partition's new leader, having loaded
+    the transaction's state, can accept. A transaction the kill interrupts is aborted (or its
+    producer started again, when the error is fatal) and the loop goes on, as an application's."""
+    config = {"bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id, "linger.ms": 0}
+    producer = Producer(config)
+    wait_for_topic(producer, args.topic, args.partitions)
+    producer.init_transactions(_TRANSACTION_TIMEOUT_S)
+    interval_s = args.interval_ms / 1000
+    started = time.monotonic()
+    killed_at = 0.0
+    committed_after: float | None = None
+    commits = aborts = restarts = 0
+    give_up_at = started + args.warmup_seconds + _FAILOVER_TIMEOUT_S
+    while committed_after is None:
+        if time.monotonic() > give_up_at:
+            raise SystemExit(f"no transaction committed after the kill within {_FAILOVER_TIMEOUT_S:.0f} s")
+        if not killed_at and commits and time.monotonic() - started >= args.warmup_seconds:
+            killed_at = time.monotonic()
+            os.kill(args.kill_pid, signal.SIGKILL)
+        begun_at = time.monotonic()
+        try:
+            producer.begin_transaction()
+            producer.produce(args.topic, b"x", partition=commits % args.partitions)
+            committed = _commit_or_abort(producer)
+        except KafkaException as exception:
+            if not exception.args[0].fatal():
+                raise
+            restarts += 1  # fenced, say: a new session, as an application would start
+            producer = Producer(config)
+            producer.init_transactions(_TRANSACTION_TIMEOUT_S)
+            committed = False
+        if not committed:
+            aborts += 1
+            continue
+        commits += 1
+        if killed_at and begun_at > killed_at:
+            committed_after = time.monotonic()
+        time.sleep(max(0.0, begun_at + interval_s - time.monotonic()))
+    return {
+        "failover_s": committed_after - killed_at,
+        "commits": commits,
+        "aborts": aborts,
+        "producer_restarts": restarts,
+    }
+
+
+def _commit_or_abort(producer: Producer) -> bool:
+    """Commit, retrying what librdkafka calls retriable; abort what must be aborted (False)."""
+    while True:
+        try:
+            producer.commit_transaction(_TRANSACTION_TIMEOUT_S)
+            return True
+        except KafkaException as exception:
+            error = exception.args[0]
+            if error.retriable():
+                continue
+            if not error.txn_requires_abort():
+                raise
+        producer.abort_transaction(_TRANSACTION_TIMEOUT_S)
+        return False
 
 
 def consumer_config(bootstrap: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -22,10 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFSETS_TOPIC, GroupCoordinator
+from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, GroupCoordinator
 from onceflow.coordinator.group_metadata import OffsetAndMetadata, TopicPartition
 from onceflow.coordinator.group_requests import GroupConfig
 from onceflow.coordinator.runtime import PartitionCoordinatorLog
+from onceflow.internal_topics import CONSUMER_OFFSETS_TOPIC
 from onceflow.log.cleaner import clean_log
 from onceflow.log.config import LogConfig
 from onceflow.log.manager import LogManager
@@ -41,7 +42,8 @@ def _key(commit: int, keys: int) -> tuple[str, TopicPartition]:
 def _open(data_dir: Path, segment_bytes: int) -> tuple[LogManager, GroupCoordinator]:
     logs = LogManager(data_dir, LogConfig(), int(time.time() * 1000))
     config = {**CONSUMER_OFFSETS_CONFIG, "segment.bytes": str(segment_bytes)}
-    log = PartitionCoordinatorLog.open(logs, CONSUMER_OFFSETS_TOPIC, config)
+    logs.create_topic(CONSUMER_OFFSETS_TOPIC, 1, config)
+    log = PartitionCoordinatorLog(logs.get(CONSUMER_OFFSETS_TOPIC, 0))
     return logs, GroupCoordinator(log, lambda _: True, GroupConfig(), int(time.time() * 1000))
 
 

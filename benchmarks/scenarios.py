@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -41,7 +42,9 @@ from processes import (
 from quixstreams_venv import QUIXSTREAMS_VERSION, VENV_DIR, VenvUnavailable, quixstreams_python
 from rich.console import Console
 
-from onceflow.cluster.launcher import SESSION_TIMEOUT_MS
+from onceflow.cluster.launcher import SESSION_TIMEOUT_MS, LaunchError, wait_registered
+from onceflow.cluster.zk import read_cluster
+from onceflow.internal_topics import TRANSACTION_LOG
 
 MB = 1_000_000  # decimal megabytes, as dd reports them
 RECORD_SIZES = (1000, 100)
@@ -66,6 +69,7 @@ FAILOVER_WARMUP_SECONDS = 2.0
 SCRAM_CONNECTIONS = 50
 SCRAM_ITERATIONS = 4096  # Kafka's default and least
 BENCH_ADMIN = ("admin", "admin-secret")
+COORDINATOR_FAILOVER_INTERVAL_MS = 20  # a transaction of one record per interval
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,8 @@ SPARK_READ_VS_CONSUMER = Target("ratio ≥ 0.8", on_ratio=True, limit=0.8)
 BOUNDS_CHECK_COST = Target("ratio ≥ 0.97", on_ratio=True, limit=0.97)
 REPLICATED_VS_SINGLE_PRODUCE = Target("ratio ≥ 0.5", on_ratio=True, limit=0.5)
 FAILOVER = Target("< 5 s", on_ratio=False, limit=5.0)
+# Issue 37: exactly-once moves again within 10 s of its coordinator's SIGKILL.
+COORDINATOR_FAILOVER = Target("< 10 s", on_ratio=False, limit=10.0)
 REPLICATED_VS_SINGLE_LATENCY = Target("ratio ≤ 2", on_ratio=True, limit=2.0, ratio_at_most=True)
 TLS_VS_PLAINTEXT = Target("ratio ≥ 0.6", on_ratio=True, limit=0.6)
 SCRAM_LOGIN = Target("≤ 50 ms", on_ratio=False, limit=50.0)
@@ -170,6 +176,7 @@ TARGETS = {
         REPLICATED_VS_SINGLE_PRODUCE
     ),
     "failover: leader SIGKILLed to the first ack by a new leader, s": FAILOVER,
+    "coordinator failover: its broker SIGKILLed to the next committed transaction, s": COORDINATOR_FAILOVER,
     "produce-to-consume p99 at 10 MB/s, 3 brokers with replication factor 3 vs one broker": (
         REPLICATED_VS_SINGLE_LATENCY
     ),
@@ -978,6 +985,10 @@ def replication(run: Run) -> Outcome:
         figures["failovers"] = [
             _failover(run, cluster, "replication-failover") for _ in range(run.sizes.rounds)
         ]
+        figures["coordinator_failovers"] = [
+            _coordinator_failover(run, cluster, "replication-failover", number)
+            for number in range(run.sizes.rounds)
+        ]
     for side, side_runs in runs.items():
         figures[side] = {
             **side_runs,
@@ -992,6 +1003,11 @@ def replication(run: Run) -> Outcome:
     }
     failover_s = statistics.median(kill["failover_s"] for kill in figures["failovers"])
     figures["failover_median_s"] = failover_s
+    coordinator_failover_s = statistics.median(
+        kill["failover_s"] for kill in figures["coordinator_failovers"]
+    )
+    figures["coordinator_failover_median_s"] = coordinator_failover_s
+    coordinator_kills = " / ".join(f"{kill['failover_s']:.2f}" for kill in figures["coordinator_failovers"])
     figures["session_timeout_ms"] = SESSION_TIMEOUT_MS
     single_figures, cluster_figures = figures["single"], figures["cluster"]
     kills = " / ".join(f"{kill['failover_s']:.2f}" for kill in figures["failovers"])
@@ -1012,6 +1028,14 @@ def replication(run: Run) -> Outcome:
             SESSION_TIMEOUT_MS / 1000,
             "session timeout",
             FAILOVER,
+        ),
+        Row(
+            f"coordinator failover, its broker SIGKILLed to the next commit ({coordinator_kills} s)",
+            "s",
+            coordinator_failover_s,
+            failover_s,
+            "leader failover",
+            COORDINATOR_FAILOVER,
         ),
         Row(
             f"latency p50 at 10 MB/s, RF {CLUSTER_SIZE} ({medians})",
@@ -1193,6 +1217,50 @@ def _add_scram_user(bootstrap: str, user: str, password: str) -> None:
     )
     for future in admin.alter_user_scram_credentials([upsert]).values():
         future.result(timeout=60)
+
+
+def _coordinator_failover(run: Run, cluster: OnceflowCluster, topic: str, number: int) -> dict[str, Any]:
+    """SIGKILL the broker that coordinates a transactional id (the leader of its partition of
+    `__transaction_state`, 50 partitions with 3 replicas), under a producer that commits a
+    transaction every 20 ms, and time until a transaction begun after the kill commits; then
+    start that broker again."""
+    transactional_id = f"bench-coordinator-{number}"
+    # The id's first session: __transaction_state exists from here, and the id in it.
+    Producer(
+        {"bootstrap.servers": cluster.bootstrap, "transactional.id": transactional_id}
+    ).init_transactions(60)
+    # Every replica in sync, as before each leader failover: with the ISR at min.insync.replicas,
+    # the kill would leave the new leader refusing writes until the restarted broker caught up.
+    view = read_cluster(cluster.zookeeper.connect_string, 10)
+    for partition in range(view.partition_count(TRANSACTION_LOG)):
+        cluster.wait_in_sync(TRANSACTION_LOG, partition)
+    coordinator_id = view.coordinator(TRANSACTION_LOG, transactional_id)
+    if coordinator_id not in cluster.brokers:
+        raise BenchmarkError(f"no live coordinator of {transactional_id!r}")
+    coordinator = cluster.brokers[coordinator_id]
+    run.step(
+        f"a transaction every {COORDINATOR_FAILOVER_INTERVAL_MS} ms -> {topic}, SIGKILL the coordinator"
+        f" ({coordinator.name}) after {FAILOVER_WARMUP_SECONDS:.0f} s"
+    )
+    kill = run.client(
+        "coordinator-failover",
+        timeout_s=FAILOVER_WARMUP_SECONDS + 120,
+        bootstrap=cluster.bootstrap,
+        topic=topic,
+        partitions=THROUGHPUT_PARTITIONS,
+        transactional_id=transactional_id,
+        kill_pid=coordinator.pid,
+        interval_ms=COORDINATOR_FAILOVER_INTERVAL_MS,
+        warmup_seconds=FAILOVER_WARMUP_SECONDS,
+    )
+    coordinator.kill()  # reaps the process the client killed
+    run.step(f"{kill['failover_s']:.2f} s to the next commit; restart {coordinator.name}")
+    coordinator.start()
+    try:
+        wait_registered(cluster.zookeeper.connect_string, cluster.size)
+    except LaunchError as error:
+        raise BenchmarkError(str(error)) from None
+    return {**kill, "killed_broker": coordinator_id}
 
 
 SCENARIOS: dict[str, Callable[[Run], Outcome]] = {

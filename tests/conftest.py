@@ -103,6 +103,7 @@ class BrokerProcess:
         self.env = env or {}
         self.extra_args: list[str] = []
         self.process: subprocess.Popen[str] | None = None
+        self.metrics_url: str | None = None  # with `--metrics HOST:PORT` among the extra args
 
     @property
     def bootstrap_servers(self) -> str:
@@ -133,6 +134,9 @@ class BrokerProcess:
             self.process.kill()
             raise RuntimeError(f"broker did not start: {line!r}")
         self.port = int(line.rsplit(":", 1)[1])
+        if "--metrics" in self.extra_args:
+            line = self.process.stdout.readline().strip()
+            self.metrics_url = line.removeprefix("onceflow broker metrics on ")
         return self
 
     def kill(self) -> None:

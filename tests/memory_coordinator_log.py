@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -73,7 +73,9 @@ class MemoryPartitions:
         self.markers.append((partition, producer_id, producer_epoch, commit))
         return self.data
 
-    def complete_offsets(self, producer_id: int, commit: bool, now_ms: int) -> Sequence[DurableLog]:
+    def complete_offsets(
+        self, groups: Iterable[str], producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+    ) -> Sequence[DurableLog]:
         return []
 
 

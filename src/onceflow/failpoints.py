@@ -13,7 +13,10 @@ A point reached through `hold` instead stops there until the process is killed f
 first process to reach it (of all that have it armed) writes its pid to the file named after the
 point in `ONCEFLOW_FAILPOINT_DIR` and sleeps, so a test can wait for that file and kill the process,
 or the machine around it, at that exact step. Later arrivals, such as the retry of a killed task,
-go on.
+go on. A test may also let the holder go on (`release`), after pausing the whole process, say.
+
+`markers.unfenced` makes partitions take transaction markers from a deposed coordinator (the
+negative control of the coordinator epoch check).
 """
 
 from __future__ import annotations
@@ -65,5 +68,15 @@ def hold(name: str) -> None:
             claimed.write(str(os.getpid()))
     except FileExistsError:
         return
-    while True:
-        time.sleep(1)
+    released = _released(name)
+    while not released.exists():
+        time.sleep(0.05)
+
+
+def release(directory: Path, name: str) -> None:
+    """Let the process that holds at `name` (with `directory` its ONCEFLOW_FAILPOINT_DIR) go on."""
+    (directory / f"{name}.released").touch()
+
+
+def _released(name: str) -> Path:
+    return Path(os.environ["ONCEFLOW_FAILPOINT_DIR"]) / f"{name}.released"

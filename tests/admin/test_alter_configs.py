@@ -21,6 +21,7 @@ from confluent_kafka.admin import (
 
 from onceflow import EmbeddedBroker
 from tests.conftest import BrokerProcess
+from tests.wire import WireClient
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -136,6 +137,8 @@ def test_incremental_operations_and_errors(broker: EmbeddedBroker) -> None:
     assert _error(_incremental, admin, "0", ("num.partitions", "3", SET), **broker_resource) == (
         KafkaError.INVALID_REQUEST
     )
+    with WireClient(broker.bootstrap_servers) as client:  # a group lookup creates __consumer_offsets
+        assert client.request(10, 4, key_type=0, coordinator_keys=["g"]).coordinators[0].error_code == 0
     assert _error(_incremental, admin, "__consumer_offsets", ("retention.ms", "1", SET)) == (
         KafkaError.POLICY_VIOLATION
     )

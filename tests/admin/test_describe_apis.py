@@ -45,7 +45,7 @@ def test_log_dirs_report_each_partition_size(
     }
     assert sizes[("alpha", 1)][0] > 1000
     assert sizes[("alpha", 0)] == (0, 0)
-    assert {("beta", 0), ("beta", 1), ("__consumer_offsets", 0)} <= sizes.keys()
+    assert {("beta", 0), ("beta", 1)} <= sizes.keys()
 
     [filtered] = client.describe_log_dirs({"alpha": [1], "missing": [0]})
     [topic] = filtered["log_dirs"][0]["topics"]

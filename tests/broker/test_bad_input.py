@@ -189,6 +189,9 @@ def test_api_versions_fallback_for_an_unknown_version(shared_broker: EmbeddedBro
 
 def test_clients_cannot_write_or_delete_the_coordinators_logs(shared_broker: EmbeddedBroker) -> None:
     with WireClient(shared_broker.bootstrap_servers) as wire:
+        # The internal topics exist once a coordinator is looked up, as in Kafka.
+        found = wire.request(10, 4, key_type=1, coordinator_keys=["t"])
+        assert found.coordinators[0].error_code == ErrorCode.none
         assert (
             produce(wire, "__consumer_offsets", 0, make_batch([b"forged"])).error_code
             == ErrorCode.invalid_topic_exception
@@ -197,6 +200,15 @@ def test_clients_cannot_write_or_delete_the_coordinators_logs(shared_broker: Emb
             20, 6, topics=[{"name": "__transaction_state", "topic_id": None}], timeout=5000
         )
         assert response.responses[0].error_code == ErrorCode.invalid_topic_exception
+        # Nor change their partition count: every key's partition, and its state, would move.
+        grown = wire.request(
+            37,
+            3,
+            topics=[{"name": "__transaction_state", "count": 60, "assignments": None}],
+            timeout=5000,
+            validate_only=False,
+        )
+        assert grown.results[0].error_code == ErrorCode.policy_violation
         assert wire.list_offset("__transaction_state", 0) >= 0
 
 

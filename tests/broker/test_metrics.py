@@ -50,12 +50,9 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 def broker_with_metrics(tmp_path: Path) -> Iterator[tuple[BrokerProcess, str]]:
     process = BrokerProcess(tmp_path / "data")
     process.extra_args = ["--metrics", "127.0.0.1:0"]
-    process.start()
-    assert process.process is not None and process.process.stdout is not None
-    line = process.process.stdout.readline().strip()
-    prefix = "onceflow broker metrics on "
-    assert line.startswith(prefix), line
-    yield process, line.removeprefix(prefix)
+    process.start()  # it reads the metrics line too
+    assert process.metrics_url is not None and process.metrics_url.startswith("http://"), process.metrics_url
+    yield process, process.metrics_url
     process.terminate()
 
 
@@ -131,9 +128,9 @@ def test_metrics_follow_producers_transactions_and_groups(
     assert value(samples, "kafka_consumergroup_current_offset", **group) == COMMITTED
     assert value(samples, "kafka_consumergroup_lag", **group) == produced - COMMITTED
 
-    # topics: payments, __consumer_offsets, __transaction_state; a single broker leads them all
-    assert value(samples, "kafka_server_replicamanager_partition_count") == 3
-    assert value(samples, "kafka_server_replicamanager_leader_count") == 3
+    # payments, and the internal topics' 50 partitions each (Kafka's defaults), all led here
+    assert value(samples, "kafka_server_replicamanager_partition_count") == 1 + 50 + 50
+    assert value(samples, "kafka_server_replicamanager_leader_count") == 1 + 50 + 50
     assert ("kafka_server_replicamanager_under_replicated_partitions", frozenset()) in samples
     assert value(samples, "kafka_server_replicamanager_under_min_isr_partition_count") == 0
     assert value(samples, "kafka_controller_kafkacontroller_active_controller_count") == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +15,7 @@ from tests.conftest import BrokerProcess, wait_until
 from tests.wire import WireClient
 
 BROKER_IDS = (1, 2, 3)
+GROUP_KEY, TRANSACTION_KEY = 0, 1  # FindCoordinator's key types
 # A SIGKILLed broker's session, and so its leaderships, end within 2 s.
 SETTINGS = {"zookeeper.session.timeout.ms": "2000", "default.replication.factor": "3"}
 
@@ -45,6 +46,17 @@ class Cluster:
                 allow_auto_topic_creation=auto_create,
                 include_topic_authorized_operations=False,
             )
+
+    def coordinator(self, key: str, key_type: int = GROUP_KEY) -> int:
+        """The broker FindCoordinator names for `key` (asked of a live broker), -1 while none."""
+        with WireClient(self.bootstrap_servers.split(",")[-1]) as client:
+            found = client.request(10, 4, key_type=key_type, coordinator_keys=[key])
+        return int(found.coordinators[0].node_id)
+
+    def wait_for_coordinator(self, key: str, key_type: int = GROUP_KEY, not_on: int | None = None) -> int:
+        """The live broker that coordinates `key`, once there is one other than `not_on`."""
+        wait_until(lambda: self.coordinator(key, key_type) not in (-1, not_on), timeout_s=60)
+        return self.coordinator(key, key_type)
 
     def partition(self, broker_id: int, topic: str, partition: int = 0) -> Any:
         return self.metadata(broker_id, topic).topics[0].partitions[partition]
@@ -108,14 +120,24 @@ def create_topic_at(
     assert created.topics[0].error_code == 0, created.topics[0].error_message
 
 
-def start_cluster(directory: Path, settings: dict[str, str] | None = None) -> Iterator[Cluster]:
+def start_cluster(
+    directory: Path,
+    settings: dict[str, str] | None = None,
+    envs: Mapping[int, dict[str, str]] | None = None,
+    metrics: bool = False,
+) -> Iterator[Cluster]:
+    """`envs`: each broker's environment (failpoints), by id; `metrics`: each serves /metrics."""
     with ZooKeeperServer() as zookeeper:
         brokers = {}
         for broker_id in BROKER_IDS:
             broker = BrokerProcess(
-                directory / f"broker-{broker_id}", settings={**SETTINGS, **(settings or {})}
+                directory / f"broker-{broker_id}",
+                settings={**SETTINGS, **(settings or {})},
+                env=(envs or {}).get(broker_id),
             )
             broker.extra_args = ["--zookeeper", zookeeper.connect_string, "--broker-id", str(broker_id)]
+            if metrics:
+                broker.extra_args += ["--metrics", "127.0.0.1:0"]
             brokers[broker_id] = broker
         try:
             with ThreadPoolExecutor(len(brokers)) as pool:

@@ -1,8 +1,8 @@
-"""Groups and transactions are coordinated by one broker of a cluster (the live one with the
-lowest id); the others answer their requests NOT_COORDINATOR, as Kafka's brokers do, so that
-clients look the coordinator up again instead of being served a stale copy. Before, a group
-whose coordinator died and came back was split over two coordinators, and each gave its
-members every partition."""
+"""A group or transactional id is coordinated by one broker of a cluster, the leader of its
+partition of the internal topic; the others answer its requests NOT_COORDINATOR, as Kafka's
+brokers do, so that clients look the coordinator up again instead of being served a stale copy.
+Before, a group whose coordinator died and came back was split over two coordinators, and each
+gave its members every partition."""
 
 from __future__ import annotations
 
@@ -169,10 +169,8 @@ REQUESTS: list[tuple[str, int, int, dict[str, Any], Callable[[Any], Any]]] = [
 ]
 
 
-def coordinator_of(cluster: Cluster) -> int:
-    with WireClient(cluster.brokers[BROKER_IDS[-1]].bootstrap_servers) as client:
-        found = client.request(10, 4, key_type=0, coordinator_keys=["g"])
-    return int(found.coordinators[0].node_id)
+def coordinator_of(cluster: Cluster, key: str = "g", key_type: int = 0) -> int:
+    return cluster.coordinator(key, key_type)
 
 
 @pytest.mark.parametrize(
@@ -186,8 +184,9 @@ def test_brokers_that_do_not_coordinate_answer_not_coordinator(
     fields: dict[str, Any],
     error_of: Callable[[Any], Any],
 ) -> None:
-    coordinator = coordinator_of(shared_cluster)
-    assert coordinator == min(BROKER_IDS)
+    key_type = 1 if api_key in (22, 24, 25, 26) else 0  # the transactional id "x", else the group "g"
+    wait_until(lambda: coordinator_of(shared_cluster, "x" if key_type else "g", key_type) in BROKER_IDS)
+    coordinator = coordinator_of(shared_cluster, "x" if key_type else "g", key_type)
     for broker_id in BROKER_IDS:
         with WireClient(shared_cluster.brokers[broker_id].bootstrap_servers) as client:
             error = error_of(client.request(api_key, version, **fields))
@@ -239,22 +238,27 @@ def test_a_group_stays_one_group_when_its_coordinator_dies_and_comes_back(cluste
     members = [Member(bootstrap), Member(bootstrap)]
     try:
         wait_until(lambda: one_owner_each(members), timeout_s=60)
-        cluster.brokers[1].kill()  # the coordinator
-        wait_until(lambda: coordinator_of(cluster) == 2 and one_owner_each(members), timeout_s=60)
-        cluster.brokers[1].start()
-        wait_until(lambda: coordinator_of(cluster) == 1, timeout_s=60)
-        # A new member finds broker 1; the others are told NOT_COORDINATOR by broker 2 and follow.
+        first = coordinator_of(cluster, "split")
+        cluster.brokers[first].kill()
+        wait_until(lambda: coordinator_of(cluster, "split") not in (first, -1), timeout_s=60)
+        second = coordinator_of(cluster, "split")
+        wait_until(lambda: one_owner_each(members), timeout_s=60)
+        cluster.brokers[first].start()
+        # It comes back as a follower of the offsets partition: the group stays with `second`.
+        wait_until(lambda: len(cluster.live()) == len(BROKER_IDS), timeout_s=60)
         members.append(Member(bootstrap))
         wait_until(lambda: one_owner_each(members), timeout_s=60)
-        with WireClient(cluster.brokers[2].bootstrap_servers) as client:
-            assert [group.group_id for group in client.request(16, 4, states_filter=[]).groups] == []
+        assert coordinator_of(cluster, "split") == second
+        with WireClient(cluster.brokers[first].bootstrap_servers) as client:
+            assert "split" not in [group.group_id for group in client.request(16, 4, states_filter=[]).groups]
     finally:
         for member in members:
             member.leave()
 
 
 def test_the_coordinator_keeps_offsets_of_a_partition_it_holds_no_replica_of(shared_cluster: Cluster) -> None:
-    coordinator = coordinator_of(shared_cluster)
+    wait_until(lambda: coordinator_of(shared_cluster, "elsewhere") in BROKER_IDS)
+    coordinator = coordinator_of(shared_cluster, "elsewhere")
     elsewhere = next(broker_id for broker_id in BROKER_IDS if broker_id != coordinator)
     create_topic_with_assignments(shared_cluster, "held-elsewhere", [[elsewhere]])
     shared_cluster.wait_for_leader("held-elsewhere")

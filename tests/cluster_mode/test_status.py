@@ -43,6 +43,45 @@ def test_partitions_without_a_live_leader_are_offline_and_short_isrs_under_repli
     report = status_report(status)
     assert report.data["controller"] == 2
     assert [row["leader"] for row in report.data["offline_partitions"]] == [None, None]
+    assert report.data["coordinators"] == []  # no internal topic yet
+
+
+def test_the_coordinator_of_a_key_is_the_leader_of_its_internal_partition() -> None:
+    """The placement is Kafka's: Java's hash of "polygenelubricants" is Integer.MIN_VALUE, which
+    Kafka's Utils.abs makes 0, so it lands on partition 0."""
+    live = {node: BrokerRegistration(node, "127.0.0.1", 9090 + node) for node in (1, 2)}
+    replicas = ((1, 2, 3), (2, 3, 1), (3, 1, 2))
+    view = ClusterView(
+        brokers=live,
+        topics={"__consumer_offsets": TopicAssignment(uuid.uuid4(), replicas)},
+        states={
+            ("__consumer_offsets", 0): PartitionState(1, 4, (1, 2), 1),
+            ("__consumer_offsets", 1): PartitionState(2, 0, (2, 1), 1),
+            ("__consumer_offsets", 2): PartitionState(3, 0, (3,), 1),  # its leader is gone
+        },
+    )
+    status = cluster_status(view, groups=["polygenelubricants"], transactional_ids=["t"])
+    report = status_report(status)
+    assert report.data["coordinators"] == [
+        {"topic": "__consumer_offsets", "partitions": 3, "broker": 1, "leads": 1},
+        {"topic": "__consumer_offsets", "partitions": 3, "broker": 2, "leads": 1},
+    ]
+    assert report.data["keys"] == [
+        {
+            "kind": "group",
+            "key": "polygenelubricants",
+            "topic": "__consumer_offsets",
+            "partition": 0,
+            "coordinator": 1,
+        },
+        {
+            "kind": "transactional id",
+            "key": "t",
+            "topic": "__transaction_state",
+            "partition": None,
+            "coordinator": None,
+        },
+    ]
 
 
 @pytest.mark.zookeeper
@@ -56,8 +95,11 @@ def test_the_command_reads_the_clusters_zookeeper(shared_cluster: Cluster) -> No
     assert [broker["id"] for broker in status["brokers"]] == list(BROKER_IDS)
     assert status["controller"] in BROKER_IDS
     assert [row["topic"] for row in status["offline_partitions"]].count("watched") == 0
-    tables = onceflow("cluster", "status", "--zookeeper", shared_cluster.zookeeper.connect_string)
+    tables = onceflow(
+        "cluster", "status", "--zookeeper", shared_cluster.zookeeper.connect_string, "--group", "watchers"
+    )
     assert tables.returncode == 0 and "controller: broker" in tables.stdout
+    assert "coordinators of" in tables.stdout and "watchers" in tables.stdout
 
 
 def test_an_unreachable_zookeeper_is_an_error_not_a_crash() -> None:

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow import EmbeddedBroker
 from onceflow.broker.core import Broker, now_ms
+from onceflow.coordinator.group import GroupCoordinator
 from tests.wire import WireClient
 
 T = TypeVar("T")
@@ -125,6 +126,11 @@ def commit(
     }
 
 
+# The transactional id of each producer id `begin_offsets_transaction` started, which
+# `txn_commit` names: the broker finds the transaction's coordinator by it.
+TRANSACTIONAL_IDS: dict[int, str] = {}
+
+
 def begin_offsets_transaction(client: WireClient, transactional_id: str, group: str) -> int:
     """A transactional session whose open transaction holds `group`'s offsets, as
     send_offsets_to_transaction starts one (InitProducerId, AddOffsetsToTxn); its producer id."""
@@ -139,6 +145,7 @@ def begin_offsets_transaction(client: WireClient, transactional_id: str, group: 
         group_id=group,
     )
     assert added.error_code == ErrorCode.none
+    TRANSACTIONAL_IDS[int(session.producer_id)] = transactional_id
     return int(session.producer_id)
 
 
@@ -155,7 +162,7 @@ def txn_commit(
     response = client.request(
         28,
         version,
-        transactional_id="txn",
+        transactional_id=TRANSACTIONAL_IDS.get(producer_id, "txn"),
         group_id=group,
         producer_id=producer_id,
         producer_epoch=0,
@@ -220,11 +227,20 @@ def on_broker_loop(embedded: EmbeddedBroker, call: Callable[[Broker], Coroutine[
     return asyncio.run_coroutine_threadsafe(call(broker), embedded._loop).result(timeout=30)
 
 
-def complete_transaction(embedded: EmbeddedBroker, producer_id: int, commit: bool) -> None:
-    """What the transaction coordinator does after the markers: apply or drop staged offsets."""
+def group_shard(broker: Broker, group_id: str) -> GroupCoordinator:
+    """The broker's coordinator of `group_id` (on its event loop); `__consumer_offsets` is
+    created if it is missing, as a coordinator request would."""
+    shard = broker.coordinator(broker.groups, group_id)
+    assert not isinstance(shard, ErrorCode), shard
+    return shard.coordinator
+
+
+def complete_transaction(embedded: EmbeddedBroker, group_id: str, producer_id: int, commit: bool) -> None:
+    """What a commit or abort marker for the group's partition of `__consumer_offsets` does:
+    apply or drop the offsets the producer (at epoch 0) staged."""
 
     async def complete(broker: Broker) -> None:
-        logs = broker.groups.complete_transaction(producer_id, commit, now_ms())
+        logs = group_shard(broker, group_id).complete_transaction(producer_id, 0, commit, 0, now_ms())
         broker.appended(logs)
         await broker.wait_durable(logs)
 

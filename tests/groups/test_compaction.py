@@ -11,10 +11,11 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFSETS_TOPIC, GroupCoordinator
+from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, GroupCoordinator
 from onceflow.coordinator.group_metadata import OffsetAndMetadata, TopicPartition
 from onceflow.coordinator.group_requests import GroupConfig
 from onceflow.coordinator.runtime import PartitionCoordinatorLog
+from onceflow.internal_topics import CONSUMER_OFFSETS_TOPIC
 from onceflow.log.cleaner import clean_log
 from onceflow.log.config import LogConfig
 from onceflow.log.manager import LogManager
@@ -27,15 +28,16 @@ PARTITIONS = {P0, P1}.__contains__
 def test_a_compacted_offsets_log_replays_to_the_same_offsets(tmp_path: Path) -> None:
     logs = LogManager(tmp_path, LogConfig(), 0)
     config = {**CONSUMER_OFFSETS_CONFIG, "segment.bytes": "400", "delete.retention.ms": "0"}
-    coordinator_log = PartitionCoordinatorLog.open(logs, CONSUMER_OFFSETS_TOPIC, config)
+    logs.create_topic(CONSUMER_OFFSETS_TOPIC, 1, config)
+    coordinator_log = PartitionCoordinatorLog(logs.get(CONSUMER_OFFSETS_TOPIC, 0))
     live = GroupCoordinator(coordinator_log, PARTITIONS, GroupConfig(), 0)
     live.commit_offsets("kept", -1, "", None, {P0: OffsetAndMetadata(3)}, 10)
     # Producer 9 commits offset 8, then aborts its next transaction: only that last
     # transaction's end survives compaction, so the commit must stand on its own.
     live.commit_transactional_offsets("kept", 9, 0, -1, "", None, {P0: OffsetAndMetadata(8)}, 11)
-    live.complete_transaction(9, commit=True, now_ms=12)
+    live.complete_transaction(9, 0, commit=True, coordinator_epoch=0, now_ms=12)
     live.commit_transactional_offsets("kept", 9, 0, -1, "", None, {P1: OffsetAndMetadata(20)}, 13)
-    live.complete_transaction(9, commit=False, now_ms=14)
+    live.complete_transaction(9, 0, commit=False, coordinator_epoch=0, now_ms=14)
     live.commit_transactional_offsets("open", 11, 0, -1, "", None, {P0: OffsetAndMetadata(6)}, 15)
     # A deleted group must not come back once compaction drops its tombstone.
     live.commit_offsets("deleted", -1, "", None, {P0: OffsetAndMetadata(4)}, 16)

@@ -98,9 +98,10 @@ def test_replay_rebuilds_the_coordinator() -> None:
     live.commit_transactional_offsets("aborted", 10, 2, -1, "", None, {partition: OffsetAndMetadata(5)}, 12)
     live.commit_transactional_offsets("open", 11, 0, -1, "", None, {partition: OffsetAndMetadata(6)}, 12)
     assert live.delete_groups(["deleted"], 13) == {"deleted": ErrorCode.none}
-    assert live.complete_transaction(9, commit=True, now_ms=14) == [live.log]
-    assert live.complete_transaction(10, commit=False, now_ms=14) == [live.log]
-    assert live.complete_transaction(12, commit=True, now_ms=14) == []  # nothing staged
+    assert live.complete_transaction(9, 0, commit=True, coordinator_epoch=0, now_ms=14) == [live.log]
+    assert live.complete_transaction(10, 2, commit=False, coordinator_epoch=0, now_ms=14) == [live.log]
+    # Nothing staged, and a coordinator epoch already known: nothing to write.
+    assert live.complete_transaction(9, 0, commit=True, coordinator_epoch=0, now_ms=14) == []
 
     replayed = GroupCoordinator(log, {partition}.__contains__, GroupConfig(), 20)
     for group in ("kept", "deleted", "aborted", "open"):

@@ -22,6 +22,7 @@ from tests.groups.helpers import (
     complete_transaction,
     describe,
     fetch,
+    group_shard,
     heartbeat,
     join,
     join_new,
@@ -395,7 +396,7 @@ def test_transactional_offsets_stay_pending_until_the_transaction_completes(
     assert fetch(client, "g", [p0]) == {p0: (5, ErrorCode.none)}
 
     async def inspect(broker: Broker) -> tuple[bool, bool, list[StagedOffset]]:
-        groups = broker.groups
+        groups = group_shard(broker, "g")
         return (
             groups.has_pending_offsets("g", TOPIC, 0),
             groups.has_pending_offsets("g", TOPIC, 1),
@@ -408,15 +409,15 @@ def test_transactional_offsets_stay_pending_until_the_transaction_completes(
         ("g", TopicPartition(TOPIC, 0), 10, 0)
     ]
 
-    complete_transaction(broker, first, commit=True)
+    complete_transaction(broker, "g", first, commit=True)
     assert fetch(client, "g", [p0], require_stable=True) == {p0: (10, ErrorCode.none)}
     txn_commit(client, "g", second, {p0: 20})
-    complete_transaction(broker, second, commit=False)
+    complete_transaction(broker, "g", second, commit=False)
     assert fetch(client, "g", [p0], require_stable=True) == {p0: (10, ErrorCode.none)}
     # A plain commit written after the staged one wins when the transaction commits.
     txn_commit(client, "g", third, {p0: 30})
     commit(client, "g", {p0: 40})
-    complete_transaction(broker, third, commit=True)
+    complete_transaction(broker, "g", third, commit=True)
     assert fetch(client, "g", [p0]) == {p0: (40, ErrorCode.none)}
     assert txn_commit(client, "", third, {p0: 1}) == {p0: ErrorCode.invalid_group_id}
 
@@ -453,7 +454,7 @@ def test_offset_and_metadata_round_trip_in_the_coordinator(broker: EmbeddedBroke
     """The coordinator's own interface, as the transaction coordinator and tools use it."""
 
     async def exercise(broker: Broker) -> list[object]:
-        groups = broker.groups
+        groups = group_shard(broker, "direct")
         partition = TopicPartition(TOPIC, 1)
         errors = groups.commit_offsets(
             "direct", -1, "", None, {partition: OffsetAndMetadata(8, 2, "meta")}, 0

@@ -125,8 +125,22 @@ OPERATIONS = {
 }
 
 
+# A full disk, and a partition whose ISR is below min.insync.replicas (its leader refuses the
+# append before writing anything), with the code each is answered, as Kafka's group coordinator.
+FAILURES = {
+    "disk full": (DISK_FULL, ErrorCode.not_coordinator),
+    "too few in sync": (
+        LogAppendError(ErrorCode.not_enough_replicas, "ISR below min.insync.replicas"),
+        ErrorCode.coordinator_not_available,
+    ),
+}
+
+
+@pytest.mark.parametrize(("failure", "answered"), FAILURES.values(), ids=FAILURES.keys())
 @pytest.mark.parametrize("operation", OPERATIONS.values(), ids=OPERATIONS.keys())
-def test_a_failed_append_changes_nothing_durable(operation: Any) -> None:
+def test_a_failed_append_changes_nothing_durable(
+    operation: Any, failure: LogAppendError, answered: ErrorCode
+) -> None:
     # A trial run counts the appends of the operation's setup; the real run fails the next.
     trial = Harness()
     operation(trial)
@@ -140,12 +154,12 @@ def test_a_failed_append_changes_nothing_durable(operation: Any) -> None:
         if len(harness.log.records) < setup_appends:
             return original_append(records, now_ms)
         before.append(_durable_view(harness.coordinator))
-        raise DISK_FULL
+        raise failure
 
     harness.log.append = append  # type: ignore[method-assign]
     codes = operation(harness)
     assert len(before) == 1, "the operation's own append was not reached"
-    assert codes and all(code == ErrorCode.not_coordinator for code in codes), codes
+    assert codes and all(code == answered for code in codes), codes
     assert _durable_view(harness.coordinator) == before[0], "memory ran ahead of the log"
     assert _durable_view(harness.replayed()) == before[0]
 
@@ -182,9 +196,11 @@ def test_a_failed_transaction_outcome_changes_nothing() -> None:
     before = _durable_view(harness.coordinator)
     harness.log.failure = DISK_FULL
     with pytest.raises(LogAppendError):
-        harness.coordinator.complete_transaction(PRODUCER, commit=True, now_ms=3)
+        harness.coordinator.complete_transaction(PRODUCER, 0, commit=True, coordinator_epoch=0, now_ms=3)
     assert _durable_view(harness.coordinator) == before == _durable_view(harness.replayed())
     harness.log.failure = None
-    assert harness.coordinator.complete_transaction(PRODUCER, commit=True, now_ms=4) == [harness.log]
+    assert harness.coordinator.complete_transaction(
+        PRODUCER, 0, commit=True, coordinator_epoch=0, now_ms=4
+    ) == [harness.log]
     assert _durable_view(harness.coordinator) == _durable_view(harness.replayed())
     assert harness.coordinator.fetch_offsets("g", [PARTITION], True)[0].offset == OffsetAndMetadata(9)

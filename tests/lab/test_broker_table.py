@@ -50,7 +50,14 @@ def test_the_broker_table_measures_each_rows_loss_as_the_documents_predict(tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     assert "broker table: 3 brokers" in result.stdout
     rows = {row["row"]: row for row in json.loads(report.read_text())["broker_table"]}
-    assert list(rows) == ["acks=1", "acks=all,isr>=2", "acks=all,1 in sync", "unclean", "clean"]
+    assert list(rows) == [
+        "acks=1",
+        "acks=all,isr>=2",
+        "acks=all,1 in sync",
+        "unclean",
+        "clean",
+        "exactly-once",
+    ]
     assert {row["verdict"] for row in rows.values()} == {"agrees"}
     assert {row["attempts"] for row in rows.values()} <= {1, 2}
     # acks=1: acknowledged by the leader alone during the lag, gone with it.
@@ -76,6 +83,14 @@ def test_the_broker_table_measures_each_rows_loss_as_the_documents_predict(tmp_p
     assert rows["clean"]["acknowledged_during_fault"] == 5
     assert rows["clean"]["lost"] == 0
     assert "refused (NOT_ENOUGH_REPLICAS)" in page.read_text() and 'id="broker-row-5"' in page.read_text()
+    # Exactly-once: the transaction open when its coordinator died commits through the new one.
+    exactly_once = rows["exactly-once"]
+    assert exactly_once["acknowledged_during_fault"] == 5
+    assert (exactly_once["lost"], exactly_once["duplicated_values"], exactly_once["aborted_read_values"]) == (
+        0,
+        [],
+        [],
+    )
 
 
 def _row(prediction_row: int, history: list[dict[str, Any]]) -> Row:
@@ -217,3 +232,19 @@ def test_a_partition_whose_metadata_lags_is_asked_again() -> None:
     """Whether the clean row's partition went offline is read from an answer that has it."""
     offline = SimpleNamespace(error=None, partitions={0: SimpleNamespace(leader=-1, isrs=[])})
     assert _Answers([None, _topic(None), offline]).wait_for_state("t").leader == -1
+
+
+def test_the_exactly_once_row_disagrees_when_an_aborted_value_is_read_or_a_value_twice() -> None:
+    """Negative controls: forged read-backs with a value of an aborted transaction, and with a
+    committed value twice."""
+    row = _row(5, _history("exactly-once", ["before-0", "during-0"], ["before-0", "during-0"]))
+    row.aborted_values = ["aborted-0"]
+    assert row.to_json()["verdict"] == AGREES
+    row.history = _history("exactly-once", ["before-0", "during-0"], ["before-0", "aborted-0", "during-0"])
+    judged = row.to_json()
+    assert (judged["aborted_read_values"], judged["verdict"]) == (["aborted-0"], DISAGREES)
+    row.history = _history("exactly-once", ["before-0", "during-0"], ["before-0", "during-0", "during-0"])
+    judged = row.to_json()
+    assert (judged["duplicated_values"], judged["verdict"]) == (["during-0"], DISAGREES)
+    row.aborted_values = []
+    assert row.to_json()["verdict"] == NOT_TESTED  # nothing aborted: aborted reads were not tested

@@ -7,6 +7,7 @@ import resource
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import encode_control_batch
@@ -198,3 +199,62 @@ def test_an_abort_whose_index_file_cannot_be_opened_changes_nothing(tmp_path: Pa
     assert _aborted(log) == [] and log.last_stable_offset(end) == 0
     marker_offset = _marker(log, 1, commit=False)  # the coordinator's retry, once there is one
     assert _aborted(log) == [(1, 0)] and marker_offset == end
+
+
+def _marked_by(log: PartitionLog, producer_id: int, coordinator_epoch: int, commit: bool = True) -> None:
+    """A marker as the coordinator of `coordinator_epoch` writes it: checked first."""
+    log.producer_state.check_coordinator_epoch(producer_id, coordinator_epoch)
+    append(log, encode_control_batch(producer_id, 0, commit, coordinator_epoch, 1000))
+
+
+def _refused(log: PartitionLog, producer_id: int, coordinator_epoch: int) -> ErrorCode:
+    with pytest.raises(ProducerStateError) as refused:
+        log.producer_state.check_coordinator_epoch(producer_id, coordinator_epoch)
+    return refused.value.error_code
+
+
+@pytest.mark.parametrize("reopen", ["snapshot", "replay", "truncation"])
+def test_a_marker_from_an_older_coordinator_is_fenced_also_after_a_restart(
+    tmp_path: Path, reopen: str
+) -> None:
+    """The coordinator epoch each producer's last marker carried survives a restart, from the
+    snapshot or from the markers replayed, and a cut that keeps the marker."""
+    log = open_log(tmp_path)
+    _txn(log, 1, 0)  # 0-1
+    _marked_by(log, 1, coordinator_epoch=3)  # 2
+    _txn(log, 1, 2)  # 3-4, the next transaction, open
+    _marked_by(log, 2, coordinator_epoch=7)  # 5: a producer whose first record here is its marker
+    assert _refused(log, 1, 2) == ErrorCode.transaction_coordinator_fenced
+    log.producer_state.check_coordinator_epoch(1, 3)  # the same coordinator may retry
+    if reopen == "truncation":
+        _txn(log, 3, 0)  # 6-7
+        log.truncate_to(6, 0)  # rebuilds the producer state by replaying the markers
+    else:
+        end = log.log_end_offset
+        log.close(flush=reopen == "snapshot")
+        for snapshot in [] if reopen == "snapshot" else tmp_path.glob("*.snapshot"):
+            snapshot.unlink()
+        # From the snapshot at the end (a clean shutdown's, below the recovery point), or by
+        # replaying every batch from the start.
+        log = open_log(tmp_path, recovery_point=end if reopen == "snapshot" else 0)
+    assert _refused(log, 1, 2) == ErrorCode.transaction_coordinator_fenced
+    assert _refused(log, 2, 6) == ErrorCode.transaction_coordinator_fenced
+    _marked_by(log, 1, coordinator_epoch=4)  # a newer coordinator ends the open one
+    assert _refused(log, 1, 3) == ErrorCode.transaction_coordinator_fenced
+    assert log.last_stable_offset(log.log_end_offset) == log.log_end_offset
+
+
+def test_a_version_2_producer_snapshot_is_read_without_coordinator_epochs(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    _txn(log, 1, 0)
+    log.close()
+    [snapshot] = list(tmp_path.glob("*.snapshot"))
+    data = snapshot.read_bytes()
+    # Version 3: magic, version, count (10 bytes); the producer: id, epoch, last timestamp, open
+    # transaction (26 bytes), coordinator epoch (4), batch count (1); its batches; the CRC.
+    assert data[4:6] == (3).to_bytes(2, "big") and data[36:40] == (-1).to_bytes(4, "big", signed=True)
+    body = data[:4] + (2).to_bytes(2, "big") + data[6:36] + data[40:-4]  # version 2: no coordinator epoch
+    snapshot.write_bytes(body + crc32c(body).to_bytes(4, "big"))
+    log = open_log(tmp_path)
+    entry = log.producer_state.get(1)
+    assert entry is not None and entry.current_txn_first_offset == 0 and entry.coordinator_epoch == -1

@@ -19,17 +19,21 @@ PROCESSING_S = 0.05
 COMMIT_GAP_S = 0.2
 
 
-def main(bootstrap: str, slot: str, mode: str) -> None:
+def main(
+    bootstrap: str, slot: str, mode: str, group: str = "transformers", transactional_id: str = ""
+) -> None:
+    """`transactional_id` (also the group.instance.id): transformer-SLOT unless given."""
+    transactional_id = transactional_id or f"transformer-{slot}"
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": "transformers",
+            "group.id": group,
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             # Static membership (KIP-345): a restarted worker takes its partitions back at once
             # instead of stalling the group until the dead member's session expires.
-            "group.instance.id": f"transformer-{slot}",
+            "group.instance.id": transactional_id,
             "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 500,
         }
@@ -37,7 +41,7 @@ def main(bootstrap: str, slot: str, mode: str) -> None:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
-            "transactional.id": f"transformer-{slot}",
+            "transactional.id": transactional_id,
             "transaction.timeout.ms": 10_000,
         }
     )
@@ -63,4 +67,4 @@ def main(bootstrap: str, slot: str, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3])
+    main(*sys.argv[1:])

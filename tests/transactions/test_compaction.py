@@ -9,7 +9,8 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from onceflow.coordinator.runtime import PartitionCoordinatorLog
-from onceflow.coordinator.transaction import TRANSACTION_LOG, TRANSACTION_LOG_CONFIG, TransactionCoordinator
+from onceflow.coordinator.transaction import TRANSACTION_LOG_CONFIG, TransactionCoordinator
+from onceflow.internal_topics import TRANSACTION_LOG
 from onceflow.log.cleaner import clean_log
 from onceflow.log.config import LogConfig
 from onceflow.log.manager import LogManager
@@ -21,7 +22,8 @@ DATA = ("data", 0)
 def test_a_compacted_transaction_log_replays_to_the_same_transactions(tmp_path: Path) -> None:
     logs = LogManager(tmp_path, LogConfig(), 0)
     config = {**TRANSACTION_LOG_CONFIG, "segment.bytes": "600", "delete.retention.ms": "0"}
-    log = PartitionCoordinatorLog.open(logs, TRANSACTION_LOG, config)
+    logs.create_topic(TRANSACTION_LOG, 1, config)
+    log = PartitionCoordinatorLog(logs.get(TRANSACTION_LOG, 0))
     partitions = MemoryPartitions([DATA])
     ids = itertools.count(1000)
 

@@ -69,23 +69,29 @@ def test_error_codes_for_wrong_ids_and_epochs_by_version(client: WireClient) -> 
 
 def test_transactional_batches_outside_the_open_transaction_are_refused(client: WireClient) -> None:
     pid = client.init_producer_id("z").producer_id
+    # Kafka refuses transactional records without the request's transactional id too.
+    nameless = produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"nameless"))
+    assert nameless.error_code == ErrorCode.invalid_txn_state
     assert (
-        produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"no txn yet")).error_code
+        produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"no txn yet"), transactional_id="z").error_code
         == ErrorCode.invalid_txn_state
     )
     assert _add_partitions(client, "z", pid, 0) == ErrorCode.none
     assert (
-        produce(client, TOPIC, 1, _txn_batch(pid, 0, 0, b"not added")).error_code
+        produce(client, TOPIC, 1, _txn_batch(pid, 0, 0, b"not added"), transactional_id="z").error_code
         == ErrorCode.invalid_txn_state
     )
-    assert produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"inside")).error_code == ErrorCode.none
+    assert (
+        produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"inside"), transactional_id="z").error_code
+        == ErrorCode.none
+    )
     assert _end(client, "z", pid, 0, commit=True) == ErrorCode.none
     # A zombie's late retry after the commit: the partition is no longer in a transaction.
-    late = produce(client, TOPIC, 0, _txn_batch(pid, 0, 1, b"late"))
+    late = produce(client, TOPIC, 0, _txn_batch(pid, 0, 1, b"late"), transactional_id="z")
     assert late.error_code == ErrorCode.invalid_txn_state
     fenced = client.init_producer_id("z")  # a new session bumps the epoch
     assert fenced.producer_epoch == 1
-    stale = produce(client, TOPIC, 0, _txn_batch(pid, 0, 1, b"stale"))
+    stale = produce(client, TOPIC, 0, _txn_batch(pid, 0, 1, b"stale"), transactional_id="z")
     assert stale.error_code == ErrorCode.invalid_producer_epoch
 
 
@@ -93,7 +99,9 @@ def test_the_lso_holds_read_committed_back_until_the_marker(client: WireClient) 
     assert produce(client, TOPIC, 0, make_batch([b"plain"])).base_offset == 0
     pid = client.init_producer_id("lso").producer_id
     assert _add_partitions(client, "lso", pid, 0) == ErrorCode.none
-    assert produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"pending")).base_offset == 1
+    assert (
+        produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"pending"), transactional_id="lso").base_offset == 1
+    )
     assert client.list_offset(TOPIC, 0, isolation_level=1) == 1
     assert client.list_offset(TOPIC, 0, isolation_level=0) == 2
     # By timestamp too, read_committed finds nothing past the LSO (Kafka's last fetchable offset).
@@ -155,7 +163,8 @@ def test_write_txn_markers_ends_the_open_transaction_on_its_partitions(client: W
     """What a coordinator in a cluster sends a partition's leader."""
     pid = client.init_producer_id("marked").producer_id
     assert _add_partitions(client, "marked", pid, 0) == ErrorCode.none
-    assert produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"pending")).base_offset == 0
+    pending = produce(client, TOPIC, 0, _txn_batch(pid, 0, 0, b"pending"), transactional_id="marked")
+    assert pending.base_offset == 0
     assert client.list_offset(TOPIC, 0, isolation_level=1) == 0
     assert _markers(client, TOPIC, pid, 0, commit=True) == ErrorCode.none
     assert client.list_offset(TOPIC, 0, isolation_level=1) == 2  # past the COMMIT marker

@@ -106,20 +106,35 @@ OPERATIONS: dict[str, Callable[[Harness], TxnReply[Any]]] = {
 }
 
 
+# A full disk, and a partition whose ISR is below min.insync.replicas (its leader refuses the
+# append before writing anything, as an acks=all produce), with the code each is answered.
+FAILURES = {
+    "disk full": (DISK_FULL, ErrorCode.not_coordinator),
+    "too few in sync": (
+        LogAppendError(ErrorCode.not_enough_replicas, "ISR below min.insync.replicas"),
+        ErrorCode.coordinator_not_available,
+    ),
+}
+
+
+@pytest.mark.parametrize(("failure", "answered"), FAILURES.values(), ids=FAILURES.keys())
 @pytest.mark.parametrize("operation", OPERATIONS.values(), ids=OPERATIONS.keys())
-def test_a_failed_append_changes_nothing(operation: Callable[[Harness], TxnReply[Any]]) -> None:
+def test_a_failed_append_changes_nothing(
+    operation: Callable[[Harness], TxnReply[Any]], failure: LogAppendError, answered: ErrorCode
+) -> None:
     harness = Harness()
-    result, before, log_end = _run_with_failing_last_append(harness, operation)
+    result, before, log_end = _run_with_failing_last_append(harness, operation, failure)
     assert harness.log.log_end_offset == log_end
     assert _state(harness.coordinator) == before, "memory ran ahead of the log"
     assert _state(harness.replayed()) == before
     assert result.completions == (), "no phase two for a transition that was not written"
     codes = _codes(result.reply)
-    assert codes and all(code == ErrorCode.not_coordinator for code in codes), result.reply
+    assert codes and all(code in (answered, ErrorCode.not_coordinator) for code in codes), result.reply
+    assert answered in codes or result.reply == [], result.reply
 
 
 def _run_with_failing_last_append(
-    harness: Harness, operation: Callable[[Harness], TxnReply[Any]]
+    harness: Harness, operation: Callable[[Harness], TxnReply[Any]], failure: LogAppendError = DISK_FULL
 ) -> tuple[TxnReply[Any], dict[str, bytes], int]:
     """Run `operation`, whose setup appends freely; its final call meets a full disk. The
     state before that call is taken at the moment the failing append is attempted, which
@@ -133,7 +148,7 @@ def _run_with_failing_last_append(
             seen.append(({}, 0))
             return original_append(records, now_ms)
         seen.append((_state(harness.coordinator), harness.log.log_end_offset))
-        raise DISK_FULL
+        raise failure
 
     harness.log.append = append  # type: ignore[method-assign]
     result = operation(harness)

@@ -28,10 +28,24 @@ def register(commands: argparse._SubParsersAction[Any], common: argparse.Argumen
     cluster = commands.add_parser("cluster", help="a ZooKeeper-coordinated cluster of brokers")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     status = actions.add_parser(
-        "status", help="brokers, the controller, under-replicated and offline partitions"
+        "status", help="brokers, the controller, under-replicated and offline partitions, coordinators"
     )
     status.add_argument(
         "--zookeeper", required=True, metavar="HOST:PORT", help="the cluster's ZooKeeper (zookeeper.connect)"
+    )
+    status.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        metavar="G",
+        help="name the coordinator of group G (repeatable)",
+    )
+    status.add_argument(
+        "--transactional-id",
+        action="append",
+        default=[],
+        metavar="T",
+        help="name the coordinator of transactional id T (repeatable)",
     )
     status.add_argument("--json", action="store_true", help="print JSON instead of tables")
     status.add_argument(
@@ -145,7 +159,7 @@ def show_status(args: argparse.Namespace) -> Report:
     if not kazoo_log.handlers:
         kazoo_log.addHandler(logging.NullHandler())
     try:
-        status = cluster_status(read_cluster(args.zookeeper, args.timeout))
+        status = cluster_status(read_cluster(args.zookeeper, args.timeout), args.group, args.transactional_id)
     except ClusterError as error:
         raise AdminError(str(error)) from error
     return status_report(status)
@@ -159,12 +173,29 @@ def status_report(status: ClusterStatus) -> Report:
     ]
     under_replicated = [_partition(health) for health in status.under_replicated]
     offline = [_partition(health) for health in status.offline]
+    coordinators = [
+        {"topic": topic.topic, "partitions": topic.partitions, "broker": broker, "leads": leads}
+        for topic in status.coordinators
+        for broker, leads in topic.led
+    ]
+    keys = [
+        {
+            "kind": key.kind,
+            "key": key.key,
+            "topic": key.topic,
+            "partition": None if key.partition < 0 else key.partition,
+            "coordinator": None if key.broker == NO_LEADER else key.broker,
+        }
+        for key in status.keys
+    ]
     data = {
         "brokers": brokers,
         "controller": controller,
         "controller_epoch": status.controller_epoch,
         "under_replicated_partitions": under_replicated,
         "offline_partitions": offline,
+        "coordinators": coordinators,
+        "keys": keys,
     }
     broker_columns = (
         Column("id", "broker", justify="right"),
@@ -179,17 +210,29 @@ def status_report(status: ClusterStatus) -> Report:
         Column("replicas", "replicas"),
         Column("isr", "isr"),
     )
+    coordinator_columns = (
+        Column("topic", "internal topic"),
+        Column("broker", "broker", justify="right"),
+        Column("leads", "partitions led (coordinated)", justify="right"),
+    )
+    key_columns = (
+        Column("kind", "kind"),
+        Column("key", "key"),
+        Column("topic", "internal topic"),
+        Column("partition", "partition", justify="right"),
+        Column("coordinator", "coordinator", justify="right"),
+    )
     note = "controller: none" if controller is None else f"controller: broker {controller}"
     note += f" (controller epoch {status.controller_epoch})"
-    return Report(
-        data,
-        [
-            Table(broker_columns, brokers, title="brokers", empty="no live broker"),
-            Table(partition_columns, under_replicated, title="under-replicated partitions"),
-            Table(partition_columns, offline, title="offline partitions"),
-        ],
-        [note],
-    )
+    tables = [
+        Table(broker_columns, brokers, title="brokers", empty="no live broker"),
+        Table(partition_columns, under_replicated, title="under-replicated partitions"),
+        Table(partition_columns, offline, title="offline partitions"),
+        Table(coordinator_columns, coordinators, title="coordinators", empty="no internal topic yet"),
+    ]
+    if keys:
+        tables.append(Table(key_columns, keys, title="coordinators of"))
+    return Report(data, tables, [note])
 
 
 def _partition(health: PartitionHealth) -> dict[str, Any]:

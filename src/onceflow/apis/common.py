@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from onceflow.broker.coordinator_shards import Shard
 from onceflow.broker.core import Broker
-from onceflow.coordinator.runtime import DurableLog
-from onceflow.coordinator.transaction import TxnReply
+from onceflow.coordinator.group import GroupCoordinator
+from onceflow.coordinator.runtime import DurableLog, write_error
+from onceflow.coordinator.transaction import TransactionCoordinator, TxnReply
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import response_type
 from onceflow.security.session import Session
@@ -87,8 +89,8 @@ def topic_name(
         return name
     broker = request.broker
     found = broker.logs.names_by_topic_id.get(topic_id)
-    if found is None and broker.cluster is not None:  # a topic this broker holds no replica of
-        found = broker.cluster.view.names_by_topic_id.get(topic_id)
+    if found is None:  # a topic this broker holds no replica of
+        found = broker.metadata.names_by_topic_id.get(topic_id)
     return found
 
 
@@ -111,31 +113,55 @@ def leader_endpoints(
     ]
 
 
-async def once_durable(request: Request, logs: Iterable[DurableLog], answer: Any) -> Any:
-    """The answer, once everything written to `logs` so far is fsynced."""
-    await request.broker.wait_durable(logs)
-    return answer
+def group_coordinator(request: Request, group_id: str) -> Shard[GroupCoordinator] | ErrorCode:
+    """The coordinator of `group_id` on this broker, or the error to answer: NOT_COORDINATOR
+    when another broker leads its partition of `__consumer_offsets` (the client looks the
+    coordinator up again, as with Kafka), COORDINATOR_LOAD_IN_PROGRESS while this broker loads
+    it. Served by a broker that does not lead it, a client would get a stale copy: members of
+    one group split over two coordinators were each given every partition."""
+    broker = request.broker
+    return broker.coordinator(broker.groups, group_id)
 
 
-def once_settled(request: Request, reply: TxnReply[Any], answer: Any) -> Awaitable[Any]:
+def transaction_coordinator(
+    request: Request, transactional_id: str
+) -> Shard[TransactionCoordinator] | ErrorCode:
+    """The coordinator of `transactional_id` on this broker, or the error to answer, as for
+    groups (`group_coordinator`)."""
+    broker = request.broker
+    return broker.coordinator(broker.transactions, transactional_id)
+
+
+def once_settled(
+    request: Request,
+    shard: Shard[TransactionCoordinator],
+    reply: TxnReply[Any],
+    answer: Any,
+    refused: Callable[[ErrorCode], Any],
+) -> Awaitable[Any]:
     """The answer to a transaction coordinator's `reply`, once the broker did what the reply
-    asks (started phase two now, waited for durability and, for EndTxn, for phase two)."""
-    return _after(request.broker.settle(reply), answer)
+    asks (started phase two now, waited for its writes to be committed and, for EndTxn, for
+    phase two); `refused(code)` when it could not (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE:
+    the client retries)."""
+    return _after(request.broker.settle(shard, reply), answer, refused)
 
 
-async def _after(settled: Awaitable[None], answer: Any) -> Any:
-    await settled
-    return answer
+async def once_committed(
+    request: Request,
+    logs: Iterable[DurableLog],
+    timeout_s: float,
+    answer: Any,
+    refused: Callable[[ErrorCode], Any],
+) -> Any:
+    """The answer once everything written to `logs` so far is committed (`Broker.wait_committed`),
+    `refused(code)` when it was not."""
+    code = await request.broker.wait_committed(logs, timeout_s)
+    return answer if code == ErrorCode.none else refused(write_error(code))
 
 
-def coordinator_elsewhere(request: Request) -> bool:
-    """In a cluster, whether another broker coordinates groups and transactions now (the live
-    broker with the lowest id). Their requests are answered NOT_COORDINATOR, as Kafka answers
-    them, and the client looks the coordinator up again. Served here, a client would get this
-    broker's stale state: members of one group split over two coordinators were each given
-    every partition."""
-    cluster = request.broker.cluster
-    return cluster is not None and cluster.view.coordinator_id != request.broker.node_id
+async def _after(settled: Awaitable[ErrorCode], answer: Any, refused: Callable[[ErrorCode], Any]) -> Any:
+    code = await settled
+    return answer if code == ErrorCode.none else refused(code)
 
 
 def for_version(code: ErrorCode, version: int, first_version_with_producer_fenced: int) -> ErrorCode:

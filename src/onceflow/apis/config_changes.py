@@ -88,7 +88,7 @@ def resource_problem(request: Request, resource: Any) -> dict[str, Any] | None:
             f"resource type {resource.resource_type} has no alterable configs",
         )
     name = resource.resource_name
-    if name not in broker.logs.topics and (broker.cluster is None or name not in broker.cluster.view.topics):
+    if name not in broker.metadata.topics:
         return result(resource, ErrorCode.unknown_topic_or_partition, f"unknown topic {name!r}")
     if is_internal(name):
         return result(
@@ -108,12 +108,9 @@ def null_value(resource: Any) -> dict[str, Any] | None:
 
 
 def topic_configs(request: Request, name: str) -> dict[str, str]:
-    """The topic's own configs: in a cluster, as its config znode last read says, since this
-    broker may hold no replica of it."""
-    cluster = request.broker.cluster
-    if cluster is not None:
-        return dict(cluster.view.topic_configs.get(name, {}))
-    return dict(request.broker.logs.topics[name].configs)
+    """The topic's own configs, as the cluster's metadata has them (in a cluster its config
+    znode, last read: this broker may hold no replica of it)."""
+    return dict(request.broker.metadata.topic_configs.get(name, {}))
 
 
 def store_topic_configs(

@@ -1,5 +1,5 @@
-"""What the consumer-group API handlers share: waiting on the group coordinator, durability,
-and the offsets of commit requests."""
+"""What the consumer-group API handlers share: waiting on the group coordinator, its writes
+committed, and the offsets of commit requests."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, once_durable
+from onceflow.apis.common import Request, once_committed
+from onceflow.broker.coordinator_shards import Shard
+from onceflow.coordinator.group import GroupCoordinator
 from onceflow.coordinator.group_metadata import OffsetAndMetadata, TopicPartition
 
 Result = TypeVar("Result")
@@ -26,10 +28,16 @@ def resolver(future: asyncio.Future[Result]) -> Callable[[Result], None]:
     return resolve
 
 
-def when_durable(request: Request, response: Any) -> Awaitable[Any]:
-    """The response, once every change the coordinator has made so far is fsynced: an
-    answered commit (or rebalance) survives a crash."""
-    return once_durable(request, [request.broker.groups.log], response)
+def when_committed(
+    request: Request, shard: Shard[GroupCoordinator], response: Any, refused: Callable[[ErrorCode], Any]
+) -> Awaitable[Any]:
+    """The response, once every change the coordinator has made so far is committed (fsynced
+    and copied by its partition's ISR, as Kafka writes offsets with acks=all): an answered
+    commit (or rebalance) survives a crash, and in a cluster the loss of its broker.
+    `refused(code)` when it was not committed within `offsets.commit.timeout.ms`
+    (COORDINATOR_NOT_AVAILABLE), or the partition moved (NOT_COORDINATOR)."""
+    timeout_s = request.broker.config.get_int("offsets.commit.timeout.ms") / 1000
+    return once_committed(request, [shard.coordinator.log], timeout_s, response, refused)
 
 
 def milliseconds(value: datetime.timedelta) -> int:

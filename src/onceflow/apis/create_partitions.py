@@ -12,6 +12,7 @@ from onceflow.apis.common import Request
 from onceflow.cluster.controller import ReplicationFactorError, assign_replicas
 from onceflow.cluster.errors import AssignmentChangedError, ClusterError, PartitionCountError
 from onceflow.cluster.znodes import TopicAssignment
+from onceflow.coordinator.runtime import is_internal
 from onceflow.log.errors import LogError
 from onceflow.log.manager import NewPartitions
 
@@ -28,6 +29,9 @@ def handle(request: Request) -> Any:
     results = []
     plans: list[NewPartitions] = []
     for topic in body.topics:
+        if is_internal(topic.name):
+            results.append(_internal(topic.name))
+            continue
         try:
             if body.validate_only:
                 logs.validate_new_partition_count(topic.name, topic.count)
@@ -63,7 +67,7 @@ async def _create_in_cluster(request: Request) -> Any:
     assert cluster is not None
     results = []
     for topic in body.topics:
-        planned = _plan(request, topic)
+        planned = _internal(topic.name) if is_internal(topic.name) else _plan(request, topic)
         if not isinstance(planned, TopicAssignment):
             results.append(planned)
             continue
@@ -121,6 +125,12 @@ def _plan(request: Request, topic: Any) -> TopicAssignment | dict[str, Any]:
         except ReplicationFactorError as error:
             return _failed(name, ErrorCode.invalid_replication_factor, str(error))
     return TopicAssignment(current.topic_id, current.replicas + added)
+
+
+def _internal(name: str) -> dict[str, Any]:
+    """The coordinators' topics keep their partition count: a key's partition, and the state of
+    its group or transactional id, would move (Kafka's tools refuse it too, KAFKA-7801)."""
+    return _failed(name, ErrorCode.policy_violation, f"the partition count of {name} cannot change")
 
 
 def _failed(name: str, code: ErrorCode, message: str) -> dict[str, Any]:

@@ -37,15 +37,11 @@ def handle(request: Request) -> Any:
             controller_id=-1,
             brokers=[],
         )
-    endpoint = broker.endpoint
-    # Kafka names a live broker as controller, since clients cannot reach KRaft controllers: this
-    # one, or in a cluster the one holding /controller.
-    controller_id = endpoint.node_id
-    nodes = [(endpoint.node_id, endpoint.host, endpoint.port)]
-    if broker.cluster is not None:
-        view = broker.cluster.view
-        controller_id = view.controller_id
-        nodes = [(node.broker_id, node.host, node.port) for node in view.brokers.values()]
+    # Kafka names a live broker as controller, since clients cannot reach KRaft controllers: in a
+    # cluster the one holding /controller, a single broker itself.
+    view = broker.metadata
+    controller_id = view.controller_id
+    nodes = [(node.broker_id, node.host, node.port) for node in view.brokers.values()]
     return request.respond(
         throttle_time=0,
         error_code=ErrorCode.none,

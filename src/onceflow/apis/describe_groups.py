@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere
+from onceflow.apis.common import Request, group_coordinator
 from onceflow.coordinator.group_metadata import GroupState
 
 API_KEY = 15
@@ -22,16 +22,17 @@ def handle(request: Request) -> Any:
 
 
 def _describe(request: Request, group_id: str) -> dict[str, Any]:
-    if coordinator_elsewhere(request):
+    shard = group_coordinator(request, group_id)
+    if isinstance(shard, ErrorCode):
         return {
-            "error_code": ErrorCode.not_coordinator,
+            "error_code": shard,
             "group_id": group_id,
             "group_state": "",
             "protocol_type": "",
             "protocol_data": "",
             "members": [],
         }
-    description = request.broker.groups.describe_group(group_id)
+    description = shard.coordinator.describe_group(group_id)
     if description is None:
         not_found = request.api_version >= 6
         return {

@@ -1,8 +1,8 @@
 """DescribeLogDirs (35): the broker's one data directory with each partition's size.
 
-`offset_lag` is Kafka's for a partition this broker leads: how far the log end is behind the
-high watermark, max(high watermark - log end offset, 0), which is always 0 for a leader (a
-follower's or a future replica's lag is what it measures, and this broker has neither).
+`offset_lag` is Kafka's: how far the log end is behind the high watermark, max(high watermark -
+log end offset, 0), which is always 0 for a leader and a follower's lag behind what its leader
+says is committed (there are no future replicas here).
 Topics and partitions asked for that do not exist are left out, as Kafka does; null asks for
 every partition. v4 reports the file system's total and usable bytes.
 """
@@ -15,7 +15,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
-from onceflow.broker.core import high_watermark
 
 API_KEY = 35
 MIN_VERSION = 1
@@ -40,7 +39,7 @@ def handle(request: Request) -> Any:
                 {
                     "partition_index": partition,
                     "partition_size": log.size_bytes,
-                    "offset_lag": max(high_watermark(log) - log.log_end_offset, 0),
+                    "offset_lag": max(broker.high_watermark(topic, partition, log) - log.log_end_offset, 0),
                     "is_future_key": False,
                 }
             )

@@ -35,7 +35,7 @@ def handle(request: Request) -> Any:
                     "producer_epoch": entry.epoch,
                     "last_sequence": entry.last_seq,
                     "last_timestamp": entry.last_timestamp,
-                    "coordinator_epoch": 0,
+                    "coordinator_epoch": entry.coordinator_epoch,
                     "current_txn_start_offset": entry.current_txn_first_offset,
                 }
                 for entry in log.producer_state.entries()

@@ -9,8 +9,7 @@ unknown topics are then not reported); a requested topic that does not exist is
 UNKNOWN_TOPIC_OR_PARTITION. A cursor outside the requested topics, or with a negative
 partition, is INVALID_REQUEST for each requested topic (Kafka's error response).
 
-In a cluster, topics and partitions are ZooKeeper's (the coordinators' internal topics are on
-the coordinator broker alone, as in Metadata).
+Topics and partitions are the cluster's (`Broker.metadata`; a single broker's are its own).
 """
 
 from __future__ import annotations
@@ -81,42 +80,25 @@ def handle(request: Request) -> Any:
 
 def _known_topics(request: Request) -> dict[str, tuple[uuid.UUID, int]]:
     """Every topic's id and partition count."""
-    broker = request.broker
-    local = {name: (info.topic_id, info.partitions) for name, info in broker.logs.topics.items()}
-    if broker.cluster is None:
-        return local
-    in_cluster = {
-        name: (assignment.topic_id, len(assignment.replicas))
-        for name, assignment in broker.cluster.view.topics.items()
-    }
-    return {**in_cluster, **{name: known for name, known in local.items() if is_internal(name)}}
+    view = request.broker.metadata
+    return {name: (assignment.topic_id, len(assignment.replicas)) for name, assignment in view.topics.items()}
 
 
 def _partition(request: Request, topic: str, partition: int) -> dict[str, Any]:
-    broker = request.broker
-    leader, epoch, replicas, isr, offline = broker.node_id, 0, [broker.node_id], [broker.node_id], []
-    if broker.cluster is not None:
-        view = broker.cluster.view
-        if is_internal(topic):
-            leader = view.coordinator_id
-            replicas = isr = [leader]
-        else:
-            replicas = list(view.topics[topic].replicas[partition])
-            state = view.states.get((topic, partition))
-            leader = view.live_leader(topic, partition)
-            epoch = state.leader_epoch if state is not None else 0
-            isr = list(state.isr) if state is not None else []
-            offline = [replica for replica in replicas if replica not in view.brokers]
+    view = request.broker.metadata
+    replicas = list(view.topics[topic].replicas[partition])
+    state = view.states.get((topic, partition))
+    leader = view.live_leader(topic, partition)
     return {
         "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
         "partition_index": partition,
         "leader_id": leader,
-        "leader_epoch": epoch,
+        "leader_epoch": state.leader_epoch if state is not None else 0,
         "replica_nodes": replicas,
-        "isr_nodes": isr,
+        "isr_nodes": list(state.isr) if state is not None else [],
         "eligible_leader_replicas": [],
         "last_known_elr": [],
-        "offline_replicas": offline,
+        "offline_replicas": [replica for replica in replicas if replica not in view.brokers],
     }
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere
+from onceflow.apis.common import Request, transaction_coordinator
 
 API_KEY = 65
 MIN_VERSION = 0
@@ -15,16 +15,17 @@ MAX_VERSION = 0
 
 
 def handle(request: Request) -> Any:
-    transactions = request.broker.transactions.transactions
     states = []
-    elsewhere = coordinator_elsewhere(request)
     for transactional_id in request.body.transactional_ids:
-        metadata = transactions.get(transactional_id)
-        if metadata is None or elsewhere:
+        shard = transaction_coordinator(request, transactional_id)
+        metadata = (
+            None if isinstance(shard, ErrorCode) else shard.coordinator.transactions.get(transactional_id)
+        )
+        if metadata is None:
             states.append(
                 {
-                    "error_code": ErrorCode.not_coordinator
-                    if elsewhere
+                    "error_code": shard
+                    if isinstance(shard, ErrorCode)
                     else ErrorCode.transactional_id_not_found,
                     "transactional_id": transactional_id,
                     "transaction_state": "",

@@ -39,17 +39,12 @@ _LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch
 def handle(request: Request) -> Any:
     body = request.body
     replica_id = _replica_id(body)
-    cluster = request.broker.cluster
-    follower = replica_id >= 0 and cluster is not None
+    follower = _is_follower(request.broker, replica_id)
     # Sessions exist from v7; older requests have neither field. Kept for brokers of the cluster
     # that name topics (onceflow's followers fetch at v12), declined for everyone else.
     session_id, epoch = getattr(body, "session_id", 0), getattr(body, "session_epoch", -1)
     session = None
-    kept = (
-        cluster is not None
-        and replica_id in cluster.view.brokers
-        and request.api_version < FIRST_VERSION_WITH_TOPIC_IDS
-    )
+    kept = follower and request.api_version < FIRST_VERSION_WITH_TOPIC_IDS
     if kept and session_id != 0 and epoch in (0, -1):
         # KIP-227: epoch -1 (FINAL) closes the session and fetches without one; 0 replaces it.
         request.broker.fetch_sessions.close(replica_id, session_id)
@@ -107,6 +102,11 @@ def _enough(request: Request, responses: list[dict[str, Any]], size: int) -> boo
     )
 
 
+def _is_follower(broker: Broker, replica_id: int) -> bool:
+    """Whether the fetch comes from another broker of the cluster: a follower."""
+    return replica_id >= 0 and replica_id != broker.node_id and replica_id in broker.metadata.brokers
+
+
 def _replica_id(body: Any) -> int:
     """The fetching follower's broker id (from v15 in the replica state), -1 for a consumer."""
     replica_state = getattr(body, "replica_state", None)
@@ -143,7 +143,7 @@ def _read(
     # whether fsynced or not: the leader's fsync and the copying run side by side (the high
     # watermark waits for both).
     replica_id = _replica_id(body)
-    follower = replica_id >= 0 and broker.cluster is not None
+    follower = _is_follower(broker, replica_id)
     read_committed = body.isolation_level == READ_COMMITTED and not follower
     # The broker's own cap bounds the memory one response takes, whatever the client asks for;
     # a negative limit from the wire counts as 0 (KIP-74 still sends the first batch).

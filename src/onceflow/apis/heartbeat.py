@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere
+from onceflow.apis.common import Request, group_coordinator
 from onceflow.broker.core import now_ms
 
 API_KEY = 12
@@ -16,9 +16,10 @@ MAX_VERSION = 4
 
 def handle(request: Request) -> Any:
     body = request.body
-    if coordinator_elsewhere(request):
-        return request.respond(throttle_time=0, error_code=ErrorCode.not_coordinator)
-    error = request.broker.groups.heartbeat(
+    shard = group_coordinator(request, body.group_id)
+    if isinstance(shard, ErrorCode):
+        return request.respond(throttle_time=0, error_code=shard)
+    error = shard.coordinator.heartbeat(
         body.group_id,
         body.member_id,
         body.group_instance_id if request.api_version >= 3 else None,

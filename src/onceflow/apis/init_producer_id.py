@@ -8,11 +8,12 @@ has not come from ZooKeeper, the answer is COORDINATOR_LOAD_IN_PROGRESS (Kafka's
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere, for_version, once_settled
+from onceflow.apis.common import Request, for_version, once_settled, transaction_coordinator
 from onceflow.broker.core import now_ms
 
 API_KEY = 22
@@ -27,15 +28,19 @@ def handle(request: Request) -> Any:
     if transactional_id == "":
         return _answer(request, ErrorCode.invalid_request)
     broker = request.broker
-    if transactional_id is not None and coordinator_elsewhere(request):
-        return _answer(request, ErrorCode.not_coordinator)
+    shard = None
+    if transactional_id is not None:
+        found = transaction_coordinator(request, transactional_id)
+        if isinstance(found, ErrorCode):
+            return _answer(request, found)
+        shard = found
     if not broker.producer_ids.ready():
         # The next block of ids has to come from ZooKeeper: the client asks again, and the
         # event loop never waits for ZooKeeper meanwhile.
         return _answer(request, ErrorCode.coordinator_load_in_progress)
-    if transactional_id is None:
+    if shard is None:
         return _answer(request, ErrorCode.none, broker.producer_ids.allocate(), 0)
-    reply = broker.transactions.init_producer_id(
+    reply = shard.coordinator.init_producer_id(
         transactional_id,
         int(body.transaction_timeout.total_seconds() * 1000),
         getattr(body, "producer_id", -1),
@@ -49,7 +54,7 @@ def handle(request: Request) -> Any:
         result.producer_id,
         result.producer_epoch,
     )
-    return once_settled(request, reply, answer)
+    return once_settled(request, shard, reply, answer, partial(_answer, request))
 
 
 def _answer(request: Request, code: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> Any:

@@ -4,13 +4,16 @@ completes. The leader's answer carries every member's metadata for the assignmen
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere
-from onceflow.apis.consumer_groups import milliseconds, resolver, when_durable
+from onceflow.apis.common import Request, group_coordinator
+from onceflow.apis.consumer_groups import milliseconds, resolver, when_committed
+from onceflow.broker.coordinator_shards import Shard
 from onceflow.broker.core import now_ms
+from onceflow.coordinator.group import GroupCoordinator
 from onceflow.coordinator.group_metadata import JoinResult, Protocol
 from onceflow.coordinator.group_requests import JoinRequest
 
@@ -22,10 +25,9 @@ MAX_VERSION = 9
 def handle(request: Request) -> Any:
     body = request.body
     version = request.api_version
-    if coordinator_elsewhere(request):
-        joined_elsewhere: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
-        joined_elsewhere.set_result(JoinResult(ErrorCode.not_coordinator, body.member_id))
-        return _respond(request, joined_elsewhere)
+    shard = group_coordinator(request, body.group_id)
+    if isinstance(shard, ErrorCode):
+        return _respond(request, JoinResult(shard, body.member_id))
     session_timeout_ms = milliseconds(body.session_timeout)
     join = JoinRequest(
         group_id=body.group_id,
@@ -41,16 +43,27 @@ def handle(request: Request) -> Any:
         require_known_member_id=version >= 4,
     )
     joined: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
-    request.broker.groups.join_group(join, now_ms(), resolver(joined))
-    return _respond(request, joined)
+    shard.coordinator.join_group(join, now_ms(), resolver(joined))
+    return _once_joined(request, shard, joined)
 
 
-async def _respond(request: Request, joined: asyncio.Future[JoinResult]) -> Any:
+async def _once_joined(
+    request: Request, shard: Shard[GroupCoordinator], joined: asyncio.Future[JoinResult]
+) -> Any:
     result = await joined
+    refused = partial(_refused, request, result.member_id)
+    return await when_committed(request, shard, _respond(request, result), refused)
+
+
+def _refused(request: Request, member_id: str, code: ErrorCode) -> Any:
+    return _respond(request, JoinResult(code, member_id))
+
+
+def _respond(request: Request, result: JoinResult) -> Any:
     protocol_name = result.protocol_name
     if request.api_version < 7:  # not nullable before v7
         protocol_name = protocol_name or ""
-    response = request.respond(
+    return request.respond(
         throttle_time=0,
         error_code=result.error,
         generation_id=result.generation_id,
@@ -68,4 +81,3 @@ async def _respond(request: Request, joined: asyncio.Future[JoinResult]) -> Any:
             for member in result.members
         ],
     )
-    return await when_durable(request, response)

@@ -6,7 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere
+from onceflow.apis.common import Request
 
 API_KEY = 16
 MIN_VERSION = 0
@@ -19,9 +19,16 @@ def handle(request: Request) -> Any:
     body = request.body
     states = {state.lower() for state in getattr(body, "states_filter", ())}
     types = {group_type.lower() for group_type in getattr(body, "types_filter", ())}
-    # What this broker coordinates: nothing while another broker is the coordinator.
-    elsewhere = coordinator_elsewhere(request)
-    listed = [] if elsewhere or (types and GROUP_TYPE not in types) else request.broker.groups.list_groups()
+    # The groups this broker coordinates, as Kafka's brokers list them: an admin client asks
+    # every broker. While it loads a partition the list would be short: retry then.
+    shards = request.broker.groups
+    if shards.loading:
+        return request.respond(throttle_time=0, error_code=ErrorCode.coordinator_load_in_progress, groups=[])
+    listed = (
+        []
+        if types and GROUP_TYPE not in types
+        else [listing for shard in shards.loaded() for listing in shard.coordinator.list_groups()]
+    )
     groups = [
         {
             "group_id": group.group_id,

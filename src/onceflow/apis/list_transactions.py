@@ -9,7 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere
+from onceflow.apis.common import Request
 from onceflow.broker.core import now_ms
 from onceflow.coordinator.transaction import TxnState
 
@@ -36,15 +36,26 @@ def handle(request: Request) -> Any:
             transaction_states=[],
         )
     now = now_ms()
-    # What this broker coordinates: nothing while another broker is the coordinator.
-    coordinated = {} if coordinator_elsewhere(request) else request.broker.transactions.transactions
+    # The transactional ids this broker coordinates, as Kafka's brokers list them: an admin
+    # client asks every broker. While it loads a partition the list would be short: retry then.
+    shards = request.broker.transactions
+    if shards.loading:
+        return request.respond(
+            throttle_time=0,
+            error_code=ErrorCode.coordinator_load_in_progress,
+            unknown_state_filters=[],
+            transaction_states=[],
+        )
+    coordinated = [
+        metadata for shard in shards.loaded() for metadata in shard.coordinator.transactions.values()
+    ]
     listed = [
         {
             "transactional_id": metadata.transactional_id,
             "producer_id": metadata.producer_id,
             "transaction_state": metadata.state.value,
         }
-        for metadata in coordinated.values()
+        for metadata in coordinated
         if (not wanted_states or metadata.state.value in wanted_states)
         and (not wanted_producers or metadata.producer_id in wanted_producers)
         and (min_duration_ms < 0 or (metadata.start_ms >= 0 and now - metadata.start_ms >= min_duration_ms))

@@ -13,10 +13,7 @@ from onceflow.apis.common import (
     TOPIC_OPERATIONS,
     Request,
 )
-from onceflow.cluster.controller import ReplicationFactorError, assign_replicas
 from onceflow.coordinator.runtime import is_internal
-from onceflow.log.errors import LogError
-from onceflow.log.manager import validate_topic_name
 
 API_KEY = 3
 MIN_VERSION = 0
@@ -27,8 +24,9 @@ def handle(request: Request) -> Any:
     broker = request.broker
     body = request.body
     requested = body.topics
+    view = broker.metadata
     if requested is None or (request.api_version == 0 and not requested):
-        names = sorted(broker.logs.topics)  # null (v0: empty) means every topic
+        names = sorted(view.topics)  # null (v0: empty) means every topic
         auto_create = False
     else:
         names = [topic.name for topic in requested if topic.name is not None]
@@ -40,27 +38,17 @@ def handle(request: Request) -> Any:
         if getattr(body, "include_topic_authorized_operations", False)
         else OPERATIONS_NOT_REQUESTED
     )
-    if broker.cluster is not None:
-        view = broker.cluster.view
-        if requested is None or (request.api_version == 0 and not requested):
-            names = sorted({*view.topics, *(name for name in names if is_internal(name))})
-        topics = [_describe_cluster_topic(request, name, auto_create, topic_operations) for name in names]
-        brokers = [
-            {"node_id": node.broker_id, "host": node.host, "port": node.port}
-            for node in sorted(view.brokers.values(), key=lambda node: node.broker_id)
-        ]
-        controller_id = view.controller_id
-    else:
-        topics = [_describe_topic(request, name, auto_create, topic_operations) for name in names]
-        endpoint = broker.endpoint
-        brokers = [{"node_id": endpoint.node_id, "host": endpoint.host, "port": endpoint.port}]
-        controller_id = endpoint.node_id
+    topics = [_describe_topic(request, name, auto_create, topic_operations) for name in names]
+    view = broker.metadata  # with the topics created meanwhile
     return request.respond(
         throttle_time=0,
         error_code=ErrorCode.none,  # v13 (KIP-1102): a top-level error, for a client to re-bootstrap
-        brokers=brokers,
+        brokers=[
+            {"node_id": node.broker_id, "host": node.host, "port": node.port}
+            for node in sorted(view.brokers.values(), key=lambda node: node.broker_id)
+        ],
         cluster_id=broker.cluster_id,
-        controller_id=controller_id,
+        controller_id=view.controller_id,
         topics=topics,
         # v8-v10 only; later versions moved it to DescribeCluster.
         cluster_authorized_operations=(
@@ -72,74 +60,19 @@ def handle(request: Request) -> Any:
 
 
 def _describe_topic(request: Request, name: str, auto_create: bool, operations: int) -> dict[str, Any]:
-    logs = request.broker.logs
-    info = logs.topics.get(name)
-    if info is None and auto_create:
-        try:
-            info = logs.create_topic(name, request.broker.config.get_int("num.partitions"), {})
-        except LogError as error:
-            return _missing(name, error.error_code)
-    if info is None:
-        return _missing(name, ErrorCode.unknown_topic_or_partition)
-    node = request.broker.node_id
-    partitions = [
-        {
-            "error_code": ErrorCode.none,
-            "partition_index": index,
-            "leader_id": node,
-            "leader_epoch": 0,
-            "replica_nodes": [node],
-            "isr_nodes": [node],
-            "offline_replicas": [],
-        }
-        for index in range(info.partitions)
-    ]
-    return {
-        "error_code": ErrorCode.none,
-        "name": name,
-        "topic_id": info.topic_id,
-        "is_internal": is_internal(name),
-        "partitions": partitions,
-        "topic_authorized_operations": operations,
-    }
-
-
-def _describe_cluster_topic(
-    request: Request, name: str, auto_create: bool, operations: int
-) -> dict[str, Any]:
-    """A topic as ZooKeeper has it. The coordinators' internal topics are the exception: they
-    live on the coordinator broker alone (docs/compatibility.md, Cluster mode)."""
+    """A topic as the cluster's metadata has it (a single broker's: every partition its own).
+    The coordinators' internal topics are created by FindCoordinator, not here."""
     broker = request.broker
-    assert broker.cluster is not None
-    view = broker.cluster.view
-    if is_internal(name):
-        info = broker.logs.topics.get(name)
-        if info is None:
-            return _missing(name, ErrorCode.unknown_topic_or_partition)
-        coordinator = view.coordinator_id
-        partitions = [
-            _partition(index, coordinator, 0, [coordinator], [coordinator], [])
-            for index in range(info.partitions)
-        ]
-        return _topic(name, info.topic_id, partitions, operations)
+    view = broker.metadata
     assignment = view.topics.get(name)
     if assignment is None:
-        if not auto_create:
+        if not auto_create or is_internal(name):
             return _missing(name, ErrorCode.unknown_topic_or_partition)
-        try:
-            validate_topic_name(name)
-            replicas = assign_replicas(
-                name,
-                broker.config.get_int("num.partitions"),
-                broker.config.get_int("default.replication.factor"),
-                view.brokers,
-            )
-        except LogError as error:
-            return _missing(name, error.error_code)
-        except ReplicationFactorError:
-            return _missing(name, ErrorCode.invalid_replication_factor)
-        broker.cluster.create_topic_soon(name, replicas)
-        return _missing(name, ErrorCode.leader_not_available)  # as Kafka answers while it creates one
+        code = broker.auto_create_topic(name)
+        view = broker.metadata
+        assignment = view.topics.get(name)
+        if assignment is None:
+            return _missing(name, code)
     partitions = []
     for index, nodes in enumerate(assignment.replicas):
         state = view.states.get((name, index))

@@ -1,14 +1,15 @@
 """OffsetDelete (47): delete a group's committed offsets for some partitions, as Kafka does
-(see GroupCoordinator.delete_offsets); answered once the tombstones are durable."""
+(see GroupCoordinator.delete_offsets); answered once the tombstones are committed."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere
-from onceflow.apis.consumer_groups import when_durable
+from onceflow.apis.common import Request, group_coordinator
+from onceflow.apis.consumer_groups import when_committed
 from onceflow.broker.core import now_ms
 from onceflow.coordinator.group_metadata import TopicPartition
 
@@ -20,8 +21,9 @@ MAX_VERSION = 0
 def handle(request: Request) -> Any:
     broker = request.broker
     topics = request.body.topics
-    if coordinator_elsewhere(request):
-        return request.respond(error_code=ErrorCode.not_coordinator, throttle_time=0, topics=[])
+    shard = group_coordinator(request, request.body.group_id)
+    if isinstance(shard, ErrorCode):
+        return _refused(request, shard)
     # Partitions that do not exist are UNKNOWN_TOPIC_OR_PARTITION before the group is asked.
     wanted = [
         TopicPartition(topic.name, partition.partition_index)
@@ -29,7 +31,7 @@ def handle(request: Request) -> Any:
         for partition in topic.partitions
     ]
     known = [partition for partition in wanted if broker.partition_exists(partition)]
-    group_error, errors = broker.groups.delete_offsets(request.body.group_id, known, now_ms())
+    group_error, errors = shard.coordinator.delete_offsets(request.body.group_id, known, now_ms())
     response = request.respond(
         error_code=group_error,
         throttle_time=0,
@@ -52,4 +54,8 @@ def handle(request: Request) -> Any:
             for topic in topics
         ],
     )
-    return when_durable(request, response)
+    return when_committed(request, shard, response, partial(_refused, request))
+
+
+def _refused(request: Request, code: ErrorCode) -> Any:
+    return request.respond(error_code=code, throttle_time=0, topics=[])

@@ -57,8 +57,5 @@ def handle(request: Request) -> Any:
 
 
 def _leader_epoch(request: Request, topic: str, partition: int) -> int:
-    cluster = request.broker.cluster
-    if cluster is None:
-        return LEADER_EPOCH
-    state = cluster.view.states.get((topic, partition))
+    state = request.broker.metadata.states.get((topic, partition))
     return LEADER_EPOCH if state is None else state.leader_epoch

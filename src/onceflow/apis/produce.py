@@ -135,9 +135,9 @@ def _answer(
         # What this request appended, taken now: a wait that took the logs' ends later would
         # also wait for every batch appended meanwhile, and under load keep chasing them.
         durable = request.broker.wait_durable(appended)
-        if request.broker.cluster is not None:
+        targets = _replication_targets(request, responses)
+        if targets:
             # The high watermark waits for that fsync too: awaiting it here would add nothing.
-            targets = _replication_targets(request, responses)
             return _once_replicated(request, targets, responses, answered)
         return _once_fsynced(request, durable, _respond(request, responses, answered), appended_at)
     return _respond(request, responses, answered)
@@ -163,14 +163,16 @@ def _respond(request: Request, responses: list[dict[str, Any]], answered: list[d
 def _replication_targets(
     request: Request, responses: list[dict[str, Any]]
 ) -> list[tuple[str, int, PartitionLog, int]]:
-    """Each partition appended to, with its log end right after this request's append."""
-    logs = request.broker.logs
+    """Each partition appended to that has other replicas (a partition this broker holds
+    alone is committed once fsynced), with its log end right after this request's append."""
+    broker = request.broker
     return [
-        (topic["name"], partition["index"], log, log.log_end_offset)
+        (topic["name"], partition["index"], replica.log, replica.log.log_end_offset)
         for topic in responses
         for partition in topic["partition_responses"]
         if partition["error_code"] == ErrorCode.none
-        and (log := logs.get(topic["name"], partition["index"])) is not None
+        and (replica := broker.partition(topic["name"], partition["index"])) is not None
+        and len(replica.replicas) > 1
     ]
 
 
@@ -180,10 +182,10 @@ async def _once_replicated(
     responses: list[dict[str, Any]],
     answered: list[dict[str, Any]],
 ) -> Any:
-    """Cluster mode, acks=all: the answer once the high watermark (every ISR member) passed the
-    appended batches (no further than the leader's fsynced offset: `Broker.high_watermark`);
-    REQUEST_TIMED_OUT past the request's timeout, NOT_LEADER_OR_FOLLOWER if leadership moved
-    meanwhile (the client retries either)."""
+    """acks=all on partitions with other replicas: the answer once the high watermark (every
+    ISR member) passed the appended batches (no further than the leader's fsynced offset:
+    `Partition.high_watermark`); REQUEST_TIMED_OUT past the request's timeout,
+    NOT_LEADER_OR_FOLLOWER if leadership moved meanwhile (the client retries either)."""
     replicated = await request.broker.wait_replicated(targets, request.body.timeout.total_seconds())
     for topic in responses:
         for partition in topic["partition_responses"]:
@@ -230,10 +232,7 @@ def _check_partition(
     if log is None:
         return _error(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition} does not exist")
     if acks == -1 and broker.min_insync_replicas(topic) > broker.in_sync_replicas(topic, partition):
-        if broker.cluster is None:
-            message = "this broker is the only replica, so min.insync.replicas > 1 cannot be met"
-        else:
-            message = f"the ISR of {topic}-{partition} is smaller than min.insync.replicas"
+        message = f"the ISR of {topic}-{partition} is smaller than min.insync.replicas"
         return _error(ErrorCode.not_enough_replicas, message)
     if not records:
         return _error(ErrorCode.corrupt_message, "the partition data holds no record batch")
@@ -265,16 +264,22 @@ def _check_partition(
 def _append(request: Request, checked: _Checked, appended: list[PartitionLog]) -> dict[str, Any]:
     """Append a validated batch (on the event loop): the answer's fields for its partition."""
     broker = request.broker
+    transactional_id = request.body.transactional_id
     validated = checked.validated
     assert validated is not None
     topic, partition, log, batch = checked.topic, checked.partition, checked.log, validated.header
-    if batch.is_transactional and broker.coordinates_transactions:
+    if batch.is_transactional:
         # A zombie's late batch must not land in a later transaction of the same id. A leader
         # that is not the coordinator cannot ask, as Kafka's could not before KIP-890: there the
         # partition's producer state refuses an epoch older than the latest it saw.
-        code = broker.transactions.check_transactional_produce(
-            batch.producer_id, batch.producer_epoch, (topic, partition)
-        )
+        coordinator = broker.transactions.for_key(transactional_id or "")
+        code = ErrorCode.none
+        if not transactional_id:
+            code = ErrorCode.invalid_txn_state
+        elif not isinstance(coordinator, ErrorCode):
+            code = coordinator.coordinator.check_transactional_produce(
+                batch.producer_id, batch.producer_epoch, (topic, partition)
+            )
         if code != ErrorCode.none:
             message = f"producer {batch.producer_id} has no open transaction on {topic}-{partition}"
             return _error(code, message)

@@ -7,9 +7,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere
-from onceflow.apis.consumer_groups import resolver, when_durable
+from onceflow.apis.common import Request, group_coordinator
+from onceflow.apis.consumer_groups import resolver, when_committed
+from onceflow.broker.coordinator_shards import Shard
 from onceflow.broker.core import now_ms
+from onceflow.coordinator.group import GroupCoordinator
 from onceflow.coordinator.group_metadata import SyncResult
 from onceflow.coordinator.group_requests import SyncRequest
 
@@ -21,14 +23,9 @@ MAX_VERSION = 5
 def handle(request: Request) -> Any:
     body = request.body
     version = request.api_version
-    if coordinator_elsewhere(request):
-        return request.respond(
-            throttle_time=0,
-            error_code=ErrorCode.not_coordinator,
-            protocol_type=None,
-            protocol_name=None,
-            assignment=b"",
-        )
+    shard = group_coordinator(request, body.group_id)
+    if isinstance(shard, ErrorCode):
+        return _respond(request, SyncResult(shard))
     sync = SyncRequest(
         group_id=body.group_id,
         generation_id=body.generation_id,
@@ -39,17 +36,24 @@ def handle(request: Request) -> Any:
         assignments={entry.member_id: entry.assignment for entry in body.assignments},
     )
     synced: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
-    request.broker.groups.sync_group(sync, now_ms(), resolver(synced))
-    return _respond(request, synced)
+    shard.coordinator.sync_group(sync, now_ms(), resolver(synced))
+    return _once_synced(request, shard, synced)
 
 
-async def _respond(request: Request, synced: asyncio.Future[SyncResult]) -> Any:
+async def _once_synced(
+    request: Request, shard: Shard[GroupCoordinator], synced: asyncio.Future[SyncResult]
+) -> Any:
     result = await synced
-    response = request.respond(
+    return await when_committed(
+        request, shard, _respond(request, result), lambda code: _respond(request, SyncResult(code))
+    )
+
+
+def _respond(request: Request, result: SyncResult) -> Any:
+    return request.respond(
         throttle_time=0,
         error_code=result.error,
         protocol_type=result.protocol_type,
         protocol_name=result.protocol_name,
         assignment=result.assignment,
     )
-    return await when_durable(request, response)

@@ -1,18 +1,22 @@
 """TxnOffsetCommit (28): stage offsets in a transaction; EndTxn makes them visible or drops them.
 
 The transaction coordinator first checks that the producer's session is current and that
-the group joined its open transaction (AddOffsetsToTxn). v3 (KIP-447) carries the member's
-generation, member id and group.instance.id, checked as an OffsetCommit's are.
+the group joined its open transaction (AddOffsetsToTxn), when this broker coordinates the
+transactional id too; when another broker does, Kafka's group coordinator does not ask it either
+(before KIP-890), and the commit marker settles only what the transaction's own epoch staged.
+v3 (KIP-447) carries the member's generation, member id and group.instance.id, checked as an
+OffsetCommit's are.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.apis.common import Request, coordinator_elsewhere, for_version
-from onceflow.apis.consumer_groups import commit_results, every_partition, requested_offsets, when_durable
+from onceflow.apis.common import Request, for_version, group_coordinator, transaction_coordinator
+from onceflow.apis.consumer_groups import commit_results, every_partition, requested_offsets, when_committed
 from onceflow.broker.core import now_ms
 
 API_KEY = 28
@@ -25,16 +29,21 @@ FIRST_VERSION_WITH_PRODUCER_FENCED = 3
 
 def handle(request: Request) -> Any:
     body = request.body
-    if coordinator_elsewhere(request):
-        return _refused(request, ErrorCode.not_coordinator)
+    shard = group_coordinator(request, body.group_id)
+    if isinstance(shard, ErrorCode):
+        return _refused(request, shard)
     now = now_ms()
-    code = request.broker.transactions.check_offset_commit(
-        body.producer_id, body.producer_epoch, body.group_id
-    )
-    if code != ErrorCode.none and body.group_id:  # an invalid group id is for the group coordinator
-        return _refused(request, for_version(code, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED))
+    transactions = transaction_coordinator(request, body.transactional_id)
+    if not isinstance(transactions, ErrorCode):
+        code = transactions.coordinator.check_offset_commit(
+            body.producer_id, body.producer_epoch, body.group_id
+        )
+        if code != ErrorCode.none and body.group_id:  # an invalid group id is for the group coordinator
+            return _refused(
+                request, for_version(code, request.api_version, FIRST_VERSION_WITH_PRODUCER_FENCED)
+            )
     with_member = request.api_version >= 3
-    errors = request.broker.groups.commit_transactional_offsets(
+    errors = shard.coordinator.commit_transactional_offsets(
         body.group_id,
         body.producer_id,
         body.producer_epoch,
@@ -45,7 +54,7 @@ def handle(request: Request) -> Any:
         now,
     )
     response = request.respond(throttle_time=0, topics=commit_results(body.topics, errors))
-    return when_durable(request, response)
+    return when_committed(request, shard, response, partial(_refused, request))
 
 
 def _refused(request: Request, code: ErrorCode) -> Any:

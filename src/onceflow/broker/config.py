@@ -61,7 +61,7 @@ class BrokerConfig:
             config_type = BROKER_KEYS[key].type
             if config_type is ConfigType.BOOLEAN:
                 bools[key] = _BOOLEANS[self.get(key).strip().lower()]
-            elif config_type in (ConfigType.INT, ConfigType.LONG):
+            elif config_type in (ConfigType.SHORT, ConfigType.INT, ConfigType.LONG):
                 ints[key] = int(self.get(key))
         try:
             log_config = LogConfig.from_kafka(self.props)

@@ -56,7 +56,7 @@ AUTHORIZERS = (
 JAAS_SUFFIX = ".sasl.jaas.config"
 _HOUR_MS = 3_600_000
 _NO_THREADS = "one event loop and a few fsync threads serve every connection"
-_NOT_REPLICATED = "the coordinators' topics are not replicated"
+_NOT_REPLICATED = "share groups (KIP-932) are not implemented"
 
 
 def _ignored(name: str, config_type: ConfigType, instead: str) -> BrokerKey:
@@ -114,7 +114,15 @@ BROKER_KEYS: dict[str, BrokerKey] = {
         BrokerKey("group.min.session.timeout.ms", _I, "6000"),
         BrokerKey("group.max.session.timeout.ms", _I, "1800000"),
         BrokerKey("offset.metadata.max.bytes", _I, "4096"),
-        BrokerKey("offsets.topic.num.partitions", _I, "1", minimum=1),
+        # The coordinators' internal topics, with Kafka's defaults. A single broker keeps one
+        # replica of each; a cluster creates them when first needed, once this many brokers live.
+        BrokerKey("offsets.topic.num.partitions", _I, "50", minimum=1),
+        BrokerKey("offsets.topic.replication.factor", ConfigType.SHORT, "3", minimum=1),
+        # How long an offset commit waits for the ISR of its partition (then COORDINATOR_NOT_AVAILABLE).
+        BrokerKey("offsets.commit.timeout.ms", _I, "5000", minimum=1),
+        BrokerKey("transaction.state.log.num.partitions", _I, "50", minimum=1),
+        BrokerKey("transaction.state.log.replication.factor", ConfigType.SHORT, "3", minimum=1),
+        BrokerKey("transaction.state.log.min.isr", _I, "2", minimum=1),
         BrokerKey("offsets.topic.segment.bytes", _I, str(100 * 1024 * 1024), minimum=1),
         BrokerKey("transaction.state.log.segment.bytes", _I, str(100 * 1024 * 1024), minimum=1),
         BrokerKey("log.cleaner.enable", _B, "true"),
@@ -191,9 +199,6 @@ BROKER_KEYS: dict[str, BrokerKey] = {
         _ignored("num.recovery.threads.per.data.dir", _I, _NO_THREADS),
         _ignored("socket.send.buffer.bytes", _I, "the kernel sizes socket buffers"),
         _ignored("socket.receive.buffer.bytes", _I, "the kernel sizes socket buffers"),
-        _ignored("offsets.topic.replication.factor", ConfigType.SHORT, _NOT_REPLICATED),
-        _ignored("transaction.state.log.replication.factor", ConfigType.SHORT, _NOT_REPLICATED),
-        _ignored("transaction.state.log.min.isr", _I, _NOT_REPLICATED),
         _ignored("share.coordinator.state.topic.replication.factor", ConfigType.SHORT, _NOT_REPLICATED),
         _ignored("share.coordinator.state.topic.min.isr", _I, _NOT_REPLICATED),
     )

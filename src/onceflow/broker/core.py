@@ -4,10 +4,13 @@ API handlers call into `Broker`; they never touch files or sockets directly.
 Durability (group commit), write-behind flushing, retention, producer expiry
 and fetch wake-ups live here, on the event loop that the server runs.
 
-With one replica, "replicated" means "fsynced": the high watermark of a
-partition is its flushed offset, so a consumer never reads a record that a
-crash could take back (as Kafka's consumers never read past the ISR's copy).
-In cluster mode it is also no further than any ISR member's copy (`broker.replication`).
+A single broker is a cluster of one (`metadata`): it leads every partition, alone in its
+ISR. Each replica's state (its role, ISR, followers, high watermark) is a `Partition`
+(`broker.partition`): with one replica the high watermark is the flushed offset, so a consumer
+never reads a record that a crash could take back (as Kafka's consumers never read past the
+ISR's copy); in a cluster it is also no further than any ISR member's copy
+(`broker.replication`). The group and transaction coordinators are one state machine per
+partition of their internal topics that this broker leads (`broker.coordinator_shards`).
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.config import BrokerConfig
+from onceflow.broker.coordinator_shards import CoordinatorShards, Shard
 from onceflow.broker.fetch_sessions import FetchSessions
-from onceflow.broker.markers import BrokerTransactionPartitions
+from onceflow.broker.markers import BrokerTransactionPartitions, CoordinatorFencedError
 from onceflow.broker.metrics import (
     STAGE_HW_TO_FETCH_WAKEUP,
     ControllerState,
@@ -34,28 +38,26 @@ from onceflow.broker.metrics import (
     PrometheusMetrics,
     ReplicaState,
 )
+from onceflow.broker.partition import Partition
 from onceflow.broker.partition_flushes import PartitionFlushes
 from onceflow.broker.producer_ids import ProducerIdAllocator
-from onceflow.broker.replication import FollowedPartition, LeaderFetcher, LeaderState
+from onceflow.broker.replication import FollowedPartition, LeaderFetcher
 from onceflow.broker.security import BrokerSecurity, ClientSecurity
-from onceflow.broker.txn_markers import ClusterMarkers
+from onceflow.broker.txn_markers import MarkerWriter
+from onceflow.cluster.controller import ReplicationFactorError, assign_replicas
 from onceflow.cluster.status import cluster_status
-from onceflow.cluster.view import ClusterView
-from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFSETS_TOPIC, GroupCoordinator
+from onceflow.cluster.view import ClusterView, one_node_view
+from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration
+from onceflow.coordinator.group import CONSUMER_OFFSETS_CONFIG, GroupCoordinator
 from onceflow.coordinator.group_requests import GroupConfig
-from onceflow.coordinator.runtime import DurableLog, PartitionCoordinatorLog
-from onceflow.coordinator.transaction import (
-    TRANSACTION_LOG,
-    TRANSACTION_LOG_CONFIG,
-    Awaited,
-    TransactionCoordinator,
-    TxnReply,
-)
+from onceflow.coordinator.runtime import DurableLog, PartitionCoordinatorLog, write_error
+from onceflow.coordinator.transaction import TRANSACTION_LOG_CONFIG, Awaited, TransactionCoordinator, TxnReply
 from onceflow.extras import require
+from onceflow.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_LOG
 from onceflow.log.cleaner import abandon, plan_cleaning, swap_in, write_cleaned_segments
-from onceflow.log.errors import LogError
+from onceflow.log.errors import LogAppendError, LogError
 from onceflow.log.log import PartitionLog
-from onceflow.log.manager import LogManager
+from onceflow.log.manager import LogManager, validate_topic_name
 from onceflow.log_limits import once_per_interval
 
 if TYPE_CHECKING:
@@ -64,12 +66,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _repeated = once_per_interval(__name__)
 
+C = TypeVar("C")
+
 FSYNC_THREADS = 4
 # The longest pause between two attempts of a background task that keeps failing.
 MAX_BACKOFF_S = 5.0
 T = TypeVar("T")
 # What a replica fetcher follows: its leader's endpoint, and each partition's leader epoch.
 _Followed: TypeAlias = tuple[tuple[str, int], dict[tuple[str, int], int]]
+# How long a transaction coordinator's write waits for its partition's ISR (Kafka's
+# request.timeout.ms, which its TransactionStateManager uses).
+TRANSACTION_WRITE_TIMEOUT_S = 30.0
+GroupShard: TypeAlias = Shard[GroupCoordinator]
+TransactionShard: TypeAlias = Shard[TransactionCoordinator]
 
 
 def now_ms() -> int:
@@ -116,46 +125,32 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(
             data_dir, self.cluster.reserve_producer_ids if self.cluster is not None else None
         )
-        # One timer at the groups' next deadline, so that sessions and rebalances time out on time.
-        self._group_timer: asyncio.TimerHandle | None = None
-        self._group_timer_at_ms: int | None = None
-        # The coordinators replay their logs here; how long each took is a metric.
-        loading_started = time.monotonic()
-        offsets_config = {
-            **CONSUMER_OFFSETS_CONFIG,
-            "segment.bytes": config.get("offsets.topic.segment.bytes"),
-        }
-        self.groups = GroupCoordinator(
-            PartitionCoordinatorLog.open(self.logs, CONSUMER_OFFSETS_TOPIC, offsets_config),
-            self.partition_exists,
-            GroupConfig.from_kafka(config.props),
-            now_ms(),
-            self._schedule_group_timer,
-        )
-        self.coordinator_load_seconds = {"group": time.monotonic() - loading_started}
-        loading_started = time.monotonic()
-        txn_log_config = {
-            **TRANSACTION_LOG_CONFIG,
-            "segment.bytes": config.get("transaction.state.log.segment.bytes"),
-        }
-        self.transactions = TransactionCoordinator(
-            PartitionCoordinatorLog.open(self.logs, TRANSACTION_LOG, txn_log_config),
-            BrokerTransactionPartitions(
-                self.logs,
-                self.groups,
-                ClusterMarkers(self) if self.cluster is not None else None,
-                self.partition_exists,
-            ),
-            self.producer_ids.allocate,
-            config.get_int("transaction.max.timeout.ms"),
-            config.get_int("transactional.id.expiration.ms"),
-        )
-        self.coordinator_load_seconds["transaction"] = time.monotonic() - loading_started
-        self._completions: dict[str, asyncio.Task[None]] = {}
-        self.metrics = PrometheusMetrics(self) if metrics else Metrics()
         self.node_id = config.get_int("node.id")
         self.cluster_id = config.get("cluster.id")
         self.endpoint = Endpoint(self.node_id, "127.0.0.1", 0)
+        # A single broker's view of itself as a cluster of one, made again when its topics change.
+        self._local_view: ClusterView | None = None
+        self._local_view_changes = -1
+        # This broker's replicas with their roles, by partition and by log (flushes name logs).
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self._partitions_by_log: dict[DurableLog, Partition] = {}
+        # One timer at the groups' next deadline, so that sessions and rebalances time out on time.
+        self._group_timer: asyncio.TimerHandle | None = None
+        self._group_timer_at_ms: int | None = None
+        self._group_config = GroupConfig.from_kafka(config.props)
+        self.groups: CoordinatorShards[GroupCoordinator] = CoordinatorShards(
+            CONSUMER_OFFSETS_TOPIC,
+            self._build_group_shard,
+            self._group_shard_loaded,
+            self._group_shard_resigned,
+        )
+        self.transactions: CoordinatorShards[TransactionCoordinator] = CoordinatorShards(
+            TRANSACTION_LOG, self._build_transaction_shard, self._transaction_shard_loaded, self._resigned
+        )
+        self.markers = MarkerWriter(self)
+        # Phase two under way, by transactional id, with the shard that runs it.
+        self._completions: dict[str, tuple[TransactionShard, asyncio.Task[None]]] = {}
+        self.metrics = PrometheusMetrics(self) if metrics else Metrics()
         # Long-polling fetches by the partitions they read: a flush wakes only the fetches
         # waiting on the partitions it flushed (Kafka's delayed fetches, keyed by partition).
         # Waiters get the perf_counter() time of their wake-up, to time the stages after it.
@@ -180,16 +175,11 @@ class Broker:
         # a recompression, a ListOffsets search through large batches).
         self._record_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onceflow-records")
         self._tasks: list[asyncio.Task[None]] = []
-        # Cluster mode: the partitions this broker leads, a fetcher per leader it follows (with
-        # what it follows there), the high watermarks it knows, and acks=all produces waiting.
-        self._leading: dict[tuple[str, int], LeaderState] = {}
+        # Cluster mode: a fetcher per leader this broker follows (with what it follows there),
+        # and the ISR changes it is writing.
         self._cluster_topics: frozenset[str] = frozenset()  # in the last view
         self._fetchers: dict[int, tuple[_Followed, asyncio.Task[None]]] = {}
-        self._isr_expansions: dict[tuple[str, int], asyncio.Task[bool]] = {}  # under way
-        self._high_watermarks: dict[tuple[str, int], int] = {}
-        # acks=all produces waiting for the high watermark, by the partitions they wait on: a
-        # move of one partition's wakes only its own (before, every move woke every produce).
-        self._replication_waiters: dict[DurableLog, set[asyncio.Future[float | None]]] = {}
+        self._isr_changes: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------
     def start(
@@ -203,40 +193,40 @@ class Broker:
         self.listener_endpoints = dict(listener_endpoints)
         self.inter_broker_listener = inter_broker_listener
         self.endpoint = Endpoint(self.node_id, *listener_endpoints[inter_broker_listener])
+        self._local_view = None  # it names the endpoint
         if inter_broker is not None:
             self.inter_broker = inter_broker
         self._flushes.start()
         self._tasks = self._background_tasks()
-        self._fire_group_timers()  # sessions of members replayed from the log
         if self.cluster is None:
-            self._complete_prepared()
+            # A single broker leads what it holds; its coordinators load before it serves, and
+            # transactions left prepared by a crash complete now.
+            self._take_roles(self.metadata, load_at_once=True)
 
     async def join_cluster(self) -> None:
-        """In cluster mode, register with ZooKeeper (after `start`, which knows the endpoint)."""
+        """In cluster mode, register with ZooKeeper (after `start`, which knows the endpoint).
+        The views that follow give this broker its roles."""
         if self.cluster is not None:
             await self.cluster.join(self.endpoint.host, self.endpoint.port, self.listener_endpoints)
             await self.security.use_zookeeper(self.cluster.client)
-            self._complete_prepared()  # its markers go to the leaders the view names
             self.producer_ids.ready()  # a first block of producer ids, asked for ahead of need
-
-    def _complete_prepared(self) -> None:
-        for transactional_id in self.transactions.pending_completions():
-            self.complete_transaction(transactional_id)  # prepared before a crash
 
     async def stop(self) -> None:
         # Leave the cluster first, so that the others elect new leaders at once.
         if self.cluster is not None:
             cluster_tasks: list[asyncio.Task[Any]] = [fetcher for _, fetcher in self._fetchers.values()]
-            cluster_tasks += self._isr_expansions.values()
+            cluster_tasks += self._isr_changes
             for task in cluster_tasks:
                 task.cancel()
             await asyncio.gather(*cluster_tasks, return_exceptions=True)
             await self.security.close()
             await self.cluster.leave()
-        # A transaction stopped half-way stays Prepare* in its log and completes at the next start.
+        # A transaction stopped half-way stays Prepare* in its log and completes at the next load.
+        self.groups.resign_all_but(set())
+        self.transactions.resign_all_but(set())
         if self._group_timer is not None:
             self._group_timer.cancel()
-        stopping = [*self._tasks, *self._completions.values()]
+        stopping = [*self._tasks, *(task for _, task in self._completions.values())]
         for task in stopping:
             task.cancel()
         await asyncio.gather(*stopping, return_exceptions=True)
@@ -260,58 +250,265 @@ class Broker:
         """`work(*args)` on the record thread: pure work on bytes it was given, never the logs."""
         return asyncio.get_running_loop().run_in_executor(self._record_thread, work, *args)
 
+    # -- metadata ----------------------------------------------------------------
+    @property
+    def metadata(self) -> ClusterView:
+        """What this broker knows of its cluster: ZooKeeper's view, or, for a single broker, a
+        cluster of one that it leads every partition of."""
+        if self.cluster is not None:
+            return self.cluster.view
+        if self._local_view is None or self._local_view_changes != self.logs.changes:
+            registration = BrokerRegistration(self.node_id, self.endpoint.host, self.endpoint.port)
+            topics = {name: (info.topic_id, info.partitions) for name, info in self.logs.topics.items()}
+            configs = {name: dict(info.configs) for name, info in self.logs.topics.items()}
+            self._local_view = one_node_view(registration, topics, configs)
+            self._local_view_changes = self.logs.changes
+        return self._local_view
+
+    # -- coordinators ------------------------------------------------------------
+    def coordinator(self, shards: CoordinatorShards[C], key: str) -> Shard[C] | ErrorCode:
+        """The shard of `shards` that coordinates `key` here, or the error to answer with
+        (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS). The internal topic is created when it
+        is missing (`ensure_internal_topic`)."""
+        if not shards.partition_count:
+            self.ensure_internal_topic(shards.topic)
+        return shards.for_key(key)
+
+    def ensure_internal_topic(self, topic: str) -> None:
+        """Create a coordinator's internal topic when it does not exist yet, as Kafka does at the
+        first FindCoordinator: a single broker at once, with one replica of each partition; a
+        cluster once `*.replication.factor` brokers are live (until then clients hear
+        COORDINATOR_NOT_AVAILABLE), through ZooKeeper like any topic."""
+        view = self.metadata
+        if view.partition_count(topic):
+            return
+        if topic == CONSUMER_OFFSETS_TOPIC:
+            partitions = self.config.get_int("offsets.topic.num.partitions")
+            factor = self.config.get_int("offsets.topic.replication.factor")
+            configs = {
+                **CONSUMER_OFFSETS_CONFIG,
+                "segment.bytes": self.config.get("offsets.topic.segment.bytes"),
+            }
+        else:
+            partitions = self.config.get_int("transaction.state.log.num.partitions")
+            factor = self.config.get_int("transaction.state.log.replication.factor")
+            configs = {
+                **TRANSACTION_LOG_CONFIG,
+                "segment.bytes": self.config.get("transaction.state.log.segment.bytes"),
+            }
+        if self.cluster is None:
+            factor = 1
+        if topic == TRANSACTION_LOG:
+            # Kafka's transaction.state.log.min.isr, as far as the replicas go.
+            min_isr = min(self.config.get_int("transaction.state.log.min.isr"), factor)
+            configs["min.insync.replicas"] = str(min_isr)
+        # A deposed leader's partition must never come back with less than what it acknowledged.
+        configs["unclean.leader.election.enable"] = "false"
+        if self.cluster is None:
+            try:
+                self.logs.create_topic(topic, partitions, configs)
+            except LogError:
+                log.exception("cannot create %s", topic)
+                return
+            self._take_roles(self.metadata)
+            return
+        try:
+            replicas = assign_replicas(topic, partitions, factor, view.brokers)
+        except ReplicationFactorError as error:
+            log.info("%s is not created yet: %s", topic, error)
+            return
+        self.cluster.create_topic_soon(topic, replicas, configs)
+
+    def auto_create_topic(self, name: str) -> ErrorCode:
+        """Create a topic a client asked for (auto.create.topics.enable), with num.partitions:
+        a single broker at once (NONE); a cluster through ZooKeeper in the background
+        (LEADER_NOT_AVAILABLE meanwhile, as Kafka answers while it creates one); else why not."""
+        partitions = self.config.get_int("num.partitions")
+        if self.cluster is None:
+            try:
+                self.logs.create_topic(name, partitions, {})
+            except LogError as error:
+                return error.error_code
+            return ErrorCode.none
+        try:
+            validate_topic_name(name)
+            factor = self.config.get_int("default.replication.factor")
+            replicas = assign_replicas(name, partitions, factor, self.metadata.brokers)
+        except LogError as error:
+            return error.error_code
+        except ReplicationFactorError:
+            return ErrorCode.invalid_replication_factor
+        self.cluster.create_topic_soon(name, replicas)
+        return ErrorCode.leader_not_available
+
+    def coordinators(self) -> tuple[list[TransactionCoordinator], list[GroupCoordinator]]:
+        """The coordinators loaded here: one per internal partition this broker leads."""
+        return (
+            [shard.coordinator for shard in self.transactions.loaded()],
+            [shard.coordinator for shard in self.groups.loaded()],
+        )
+
+    def _coordinator_log(
+        self, shards: CoordinatorShards[Any], index: int, epoch: int
+    ) -> PartitionCoordinatorLog:
+        """The log of a shard elected at `epoch`: its appends go through only while this broker
+        still leads the partition in that leadership and its ISR has min.insync.replicas members,
+        as Kafka's coordinators append with acks=all."""
+        topic = shards.topic
+        partition = self._partitions[topic, index]
+
+        def leadership() -> int | None:
+            if (
+                not (shards.leads_at(index, epoch) and self._partitions.get((topic, index)) is partition)
+                or not partition.is_leader
+            ):
+                raise LogAppendError(
+                    ErrorCode.not_leader_or_follower, f"this broker no longer leads {topic}-{index}"
+                )
+            min_isr = self.min_insync_replicas(topic)
+            if len(partition.isr) < min_isr:
+                raise LogAppendError(
+                    ErrorCode.not_enough_replicas,
+                    f"{topic}-{index} has {len(partition.isr)} replicas in sync, fewer than {min_isr}",
+                )
+            return partition.stamped_epoch
+
+        return PartitionCoordinatorLog(partition.log, leadership)
+
+    @property
+    def coordinator_load_seconds(self) -> dict[str, float]:
+        """The longest load of a partition of each coordinator's internal topic."""
+        return {"group": self.groups.longest_load_s, "transaction": self.transactions.longest_load_s}
+
+    def _build_group_shard(self, index: int, epoch: int) -> tuple[GroupCoordinator, Iterator[None]]:
+        coordinator = GroupCoordinator(
+            self._coordinator_log(self.groups, index, epoch),
+            self.partition_exists,
+            self._group_config,
+            now_ms(),
+            self._schedule_group_timer,
+            replay=False,
+        )
+        return coordinator, coordinator.load(now_ms())
+
+    def _group_shard_loaded(self, shard: GroupShard) -> None:
+        deadline = shard.coordinator.next_deadline_ms()
+        if deadline is not None:
+            self._schedule_group_timer(deadline)
+
+    def _group_shard_resigned(self, shard: GroupShard) -> None:
+        shard.coordinator.unload()
+        self._wake_everyone()  # commits waiting on its partition's ISR hear NOT_COORDINATOR
+
+    def _build_transaction_shard(
+        self, index: int, epoch: int
+    ) -> tuple[TransactionCoordinator, Iterator[None]]:
+        coordinator = TransactionCoordinator(
+            self._coordinator_log(self.transactions, index, epoch),
+            BrokerTransactionPartitions(self, epoch, lambda: self.transactions.leads_at(index, epoch)),
+            self.producer_ids.allocate,
+            self.config.get_int("transaction.max.timeout.ms"),
+            self.config.get_int("transactional.id.expiration.ms"),
+            replay=False,
+        )
+        return coordinator, coordinator.load()
+
+    def _transaction_shard_loaded(self, shard: TransactionShard) -> None:
+        """Finish what the partition's last leader (or this broker, before a crash) left
+        prepared: the markers go to every partition's current leader."""
+        for transactional_id in shard.coordinator.pending_completions():
+            self.complete_transaction(shard, transactional_id)
+
+    def _resigned(self, shard: TransactionShard) -> None:
+        """Phase two of its transactions stops here: the partition's new leader finishes it."""
+        for transactional_id, (running_shard, task) in list(self._completions.items()):
+            if running_shard is shard:
+                task.cancel()
+                del self._completions[transactional_id]
+        self._wake_everyone()
+
     # -- transactions ----------------------------------------------------------
-    def settle(self, reply: TxnReply[Any]) -> Awaitable[None]:
+    def settle(self, shard: TransactionShard, reply: TxnReply[Any]) -> Awaitable[ErrorCode]:
         """Do what a transaction coordinator's reply asks: start the phase two it names now;
-        the awaitable ends when the client may have the reply."""
-        completions = [self.complete_transaction(transactional_id) for transactional_id in reply.completions]
-        return self._settled(reply.durable, completions if reply.answer_after_completion else [])
+        the awaitable ends when the client may have the reply, with NONE, or the error to answer
+        instead (its writes could not be committed, or phase two was cut short)."""
+        completions = [
+            self.complete_transaction(shard, transactional_id) for transactional_id in reply.completions
+        ]
+        return self._settled(reply.committed, completions if reply.answer_after_completion else [])
 
-    async def _settled(self, durable: tuple[DurableLog, ...], completions: list[asyncio.Task[None]]) -> None:
-        await self.wait_durable(durable)
-        # A phase two that failed (a full disk) is logged and tried again by the sweep; the
-        # transaction's outcome is durable already, and that is what the client is told.
-        await asyncio.gather(*completions, return_exceptions=True)
+    async def _settled(
+        self, committed: tuple[DurableLog, ...], completions: list[asyncio.Task[None]]
+    ) -> ErrorCode:
+        code = await self.wait_committed(committed, TRANSACTION_WRITE_TIMEOUT_S)
+        if code != ErrorCode.none:
+            return write_error(code)
+        for completion in completions:
+            await asyncio.wait([completion])
+            if completion.cancelled():
+                return ErrorCode.not_coordinator  # the partition's leadership went meanwhile
+            if completion.exception() is not None:
+                return ErrorCode.coordinator_not_available  # it stays prepared; a retry finds it done
+        return ErrorCode.none
 
-    def complete_transaction(self, transactional_id: str) -> asyncio.Task[None]:
+    def complete_transaction(self, shard: TransactionShard, transactional_id: str) -> asyncio.Task[None]:
         """Phase two of a prepared transaction, once per transaction at a time."""
-        task = self._completions.get(transactional_id)
-        if task is None or task.done():
-            task = asyncio.create_task(
-                self._until_durable(self.transactions.complete(transactional_id, now_ms()))
-            )
-            self._completions[transactional_id] = task
-            task.add_done_callback(lambda done: self._completion_done(transactional_id, done))
+        running = self._completions.get(transactional_id)
+        if running is not None and running[0] is shard and not running[1].done():
+            return running[1]
+        steps = shard.coordinator.complete(transactional_id, now_ms())
+        task = asyncio.create_task(self._until_committed(shard, steps), name=f"complete-{transactional_id}")
+        self._completions[transactional_id] = (shard, task)
+        task.add_done_callback(lambda done: self._completion_done(transactional_id, done))
         return task
 
     def _completion_done(self, transactional_id: str, task: asyncio.Task[None]) -> None:
-        self._completions.pop(transactional_id, None)
-        if not task.cancelled() and task.exception() is not None:
+        running = self._completions.get(transactional_id)
+        if running is not None and running[1] is task:
+            del self._completions[transactional_id]
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, CoordinatorFencedError):
+            log.warning("completing transaction %r stopped: %s", transactional_id, error)
+        elif error is not None:
             log.error(
-                "completing transaction %r failed; it stays prepared until the next start",
+                "completing transaction %r failed; it stays prepared and is tried again",
                 transactional_id,
-                exc_info=task.exception(),
+                exc_info=error,
             )
 
-    async def _until_durable(self, steps: Iterator[tuple[Awaited, ...]]) -> None:
-        """Run a coordinator's steps, each once the logs the one before named are durable and
-        its markers on other brokers written."""
+    async def _until_committed(self, shard: TransactionShard, steps: Iterator[tuple[Awaited, ...]]) -> None:
+        """Run a coordinator's steps, each once the logs the one before named are committed
+        and its markers written. It stops when the shard loses its partition (its successor
+        finishes) or a write fails (the sweep starts it again)."""
         for step in steps:
             logs = [awaited for awaited in step if not isinstance(awaited, Awaitable)]
             markers = [awaited for awaited in step if isinstance(awaited, Awaitable)]
             self.appended(logs)
-            await self.wait_durable(logs)
-            # Cancelled with this phase two (the broker stops), they stop too.
-            await asyncio.gather(*markers)
+            code = await self.wait_committed(logs, TRANSACTION_WRITE_TIMEOUT_S)
+            if code != ErrorCode.none:
+                raise LogAppendError(code, "a write of phase two was not committed")
+            try:
+                # Cancelled with this phase two (the broker stops, or the shard resigns), they stop too.
+                await asyncio.gather(*markers)
+            except BaseException:
+                for marker in markers:
+                    if isinstance(marker, asyncio.Future):
+                        marker.cancel()
+                raise
+            if not self.transactions.current(shard):
+                raise CoordinatorFencedError("the shard resigned; the partition's new leader finishes it")
 
     def _sweep_transactions(self) -> None:
         """Abort transactions past their timeout (fencing their producer), finish prepared ones
-        and expire idle ids."""
-        self.transactions.abort_timed_out(now_ms())
-        # Newly timed out, and any whose completion failed (a full disk, say): retry.
-        for transactional_id in self.transactions.pending_completions():
-            self.complete_transaction(transactional_id)
-        self.transactions.expire_idle_ids(now_ms())
+        and expire idle ids, in every shard this broker coordinates."""
+        for shard in self.transactions.loaded():
+            shard.coordinator.abort_timed_out(now_ms())
+            # Newly timed out, and any whose completion failed (a full disk, say): retry.
+            for transactional_id in shard.coordinator.pending_completions():
+                self.complete_transaction(shard, transactional_id)
+            shard.coordinator.expire_idle_ids(now_ms())
 
     # -- cluster mode ----------------------------------------------------------------
     def _cluster_changed(self, view: ClusterView) -> None:
@@ -348,10 +545,8 @@ class Broker:
             if any(key[0] == topic for key in epochs):
                 fetcher.cancel()
                 del self._fetchers[leader_id]
-        for key in [key for key in self._leading if key[0] == topic]:
-            del self._leading[key]
-        for key in [key for key in self._high_watermarks if key[0] == topic]:
-            del self._high_watermarks[key]
+        for key in [key for key in self._partitions if key[0] == topic]:
+            self._forget_partition(key)
         try:
             self.logs.delete_topic(topic)
         except LogError:
@@ -373,32 +568,57 @@ class Broker:
         else:
             log.info("topic %r now has configs %s", topic, dict(configs))
 
-    def _take_roles(self, view: ClusterView) -> None:
-        """Lead what the view says this broker leads, and follow the rest. A new leader starts
-        its epoch at its log end (in the leader-epoch checkpoint), which is where followers
-        that hold more cut their logs (`broker.replication`)."""
-        leading: dict[tuple[str, int], LeaderState] = {}
+    def _take_roles(self, view: ClusterView, load_at_once: bool = False) -> None:
+        """Lead what the view says this broker leads, follow the rest, and coordinate the
+        partitions of the internal topics it leads: a coordinator loads on becoming the leader
+        and is dropped when the leadership goes. `load_at_once`: load them before returning."""
         following: dict[int, dict[tuple[str, int], int]] = {}  # leader -> partition -> its epoch
-        followed_logs: dict[tuple[str, int], PartitionLog] = {}
+        held: set[tuple[str, int]] = set()
         for topic, assignment in view.topics.items():
-            for partition, replicas in enumerate(assignment.replicas):
-                state = view.states.get((topic, partition))
-                if self.node_id not in replicas or state is None:
+            for index, replicas in enumerate(assignment.replicas):
+                partition_log = self.logs.get(topic, index)
+                if self.node_id not in replicas or partition_log is None:
                     continue
-                key = (topic, partition)
-                if state.leader == self.node_id:
-                    current = self._leading.get(key)
-                    partition_log = self.logs.get(*key)
-                    if current is None or current.leader_epoch != state.leader_epoch:
-                        current = LeaderState(state.leader_epoch, now_ms())
-                        if partition_log is not None:
-                            partition_log.assign_leader_epoch(state.leader_epoch)
-                            current.epoch_start_offset = partition_log.epoch_start_offset(state.leader_epoch)
-                    leading[key] = current
-                elif state.leader in view.brokers and (partition_log := self.logs.get(*key)) is not None:
-                    following.setdefault(state.leader, {})[key] = state.leader_epoch
-                    followed_logs[key] = partition_log
-        self._leading = leading
+                key = (topic, index)
+                held.add(key)
+                partition = self._partitions.get(key)
+                if partition is None or partition.log is not partition_log:
+                    if partition is not None:
+                        self._forget_partition(key)
+                    partition = Partition(topic, index, partition_log, self.node_id, self.cluster is not None)
+                    self._partitions[key] = partition
+                    self._partitions_by_log[partition_log] = partition
+                state = view.states.get(key)
+                version = view.state_versions.get(key, -1)
+                if state is not None and state.leader == self.node_id:
+                    partition.make_leader(state.leader_epoch, replicas, state.isr, version, now_ms())
+                elif state is None:
+                    partition.make_follower(NO_LEADER, 0, replicas, (), version)
+                else:
+                    partition.make_follower(state.leader, state.leader_epoch, replicas, state.isr, version)
+                    if state.leader in view.brokers:
+                        following.setdefault(state.leader, {})[key] = state.leader_epoch
+        for key in set(self._partitions) - held:
+            self._forget_partition(key)
+        for shards in (self.groups, self.transactions):
+            shards.partition_count = view.partition_count(shards.topic)
+            led = {
+                key[1]: partition.leader_epoch
+                for key, partition in self._partitions.items()
+                if key[0] == shards.topic and partition.is_leader
+            }
+            shards.resign_all_but(set(led))
+            for index in sorted(led):
+                shards.elect(index, led[index], at_once=load_at_once)
+        self._follow(view, following)
+
+    def _forget_partition(self, key: tuple[str, int]) -> None:
+        partition = self._partitions.pop(key)
+        self._partitions_by_log.pop(partition.log, None)
+        partition.wake(time.perf_counter())
+
+    def _follow(self, view: ClusterView, following: dict[int, dict[tuple[str, int], int]]) -> None:
+        """One fetcher per leader followed, started again when what it follows there changes."""
         wanted = {
             leader_id: ((view.brokers[leader_id].host, view.brokers[leader_id].port), epochs)
             for leader_id, epochs in following.items()
@@ -412,7 +632,9 @@ class Broker:
                 continue
             leader, epochs = followed
             partitions = [
-                FollowedPartition(*key, followed_logs[key], epoch, self._high_watermarks.get(key, 0))
+                FollowedPartition(
+                    *key, self._partitions[key].log, epoch, self._partitions[key].known_high_watermark
+                )
                 for key, epoch in epochs.items()
             ]
             # After a cut, the recovery point on disk goes down with it before the appends that
@@ -429,88 +651,87 @@ class Broker:
             task = asyncio.create_task(fetcher.run(), name=f"fetch-from-{leader_id}")
             self._fetchers[leader_id] = (followed, task)
 
-    def _follower_appended(self, topic: str, partition: int, partition_log: PartitionLog, hw: int) -> None:
-        self._high_watermarks[topic, partition] = hw
+    def partition(self, topic: str, index: int) -> Partition | None:
+        """This broker's replica of the partition, with its role; None when it holds none. A
+        single broker takes its roles again when its topics changed since it last did."""
+        partition_log = self.logs.get(topic, index)
+        if partition_log is None:
+            return None
+        return self._replica(topic, index, partition_log)
+
+    def _replica(self, topic: str, index: int, partition_log: PartitionLog) -> Partition | None:
+        partition = self._partitions.get((topic, index))
+        if (partition is None or partition.log is not partition_log) and self.cluster is None:
+            self._take_roles(self.metadata)
+            partition = self._partitions.get((topic, index))
+        return partition if partition is not None and partition.log is partition_log else None
+
+    def _follower_appended(self, topic: str, index: int, partition_log: PartitionLog, hw: int) -> None:
+        partition = self._partitions.get((topic, index))
+        if partition is not None and partition.log is partition_log:
+            partition.learned_high_watermark(hw)
         self.appended([partition_log])
 
-    def is_replica(self, topic: str, partition: int, broker_id: int) -> bool:
-        """Whether `broker_id` is assigned a replica of the partition (cluster mode)."""
+    def is_replica(self, topic: str, index: int, broker_id: int) -> bool:
+        """Whether `broker_id` is assigned a replica of the partition."""
+        partition = self._partitions.get((topic, index))
+        return partition is not None and broker_id in partition.replicas
+
+    def follower_fetched(self, topic: str, index: int, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetched at `fetch_offset`: that is its log end now. Only a moved high
+        watermark wakes anyone: a long-polling follower re-reads (and so comes here) on every
+        wake-up, and waking the others each time would make them spin."""
+        partition = self._partitions.get((topic, index))
+        if partition is None:
+            return
+        moved, joining = partition.follower_fetched(replica_id, fetch_offset, now_ms())
+        if moved:
+            self._wake_fetches([partition.log])  # consumers at the high watermark, and acks=all produces
+        if joining is not None:
+            self._change_isr(partition, joining)
+
+    def _change_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        """Write the partition's new ISR to ZooKeeper (a compare-and-set on the state this broker
+        last read, keeping the leader epoch); the high watermark counts the maximal ISR until
+        the metadata shows the change (KIP-497)."""
         assert self.cluster is not None
-        assignment = self.cluster.view.topics.get(topic)
-        return assignment is not None and broker_id in assignment.replicas[partition]
+        change = partition.begin_isr_change(isr)
+        if change is None:
+            return
+        cluster = self.cluster
 
-    def follower_fetched(self, topic: str, partition: int, replica_id: int, fetch_offset: int) -> None:
-        """A follower fetched at `fetch_offset`: that is its log end now."""
-        assert self.cluster is not None
-        view = self.cluster.view
-        state = self._leading.get((topic, partition))
-        partition_log = self.logs.get(topic, partition)
-        if state is None or partition_log is None or replica_id not in view.topics[topic].replicas[partition]:
-            return  # not the leader (any more), or not a replica of the partition
-        key = (topic, partition)
-        moved = state.log_end.get(replica_id) != fetch_offset
-        before = self.high_watermark(topic, partition, partition_log)
-        state.fetched(replica_id, fetch_offset, partition_log.log_end_offset, now_ms())
-        # Only a moved high watermark wakes anyone: a long-polling follower re-reads (and so
-        # comes here) on every wake-up, and waking the others each time would make them spin.
-        if moved and self.high_watermark(topic, partition, partition_log) > before:
-            self._wake_fetches([partition_log])  # consumers at the high watermark, and acks=all produces
-        isr = view.isr(topic, partition)
-        # Caught up to the high watermark and into this leader's epoch (KAFKA-7128): a new
-        # leader's high watermark may lag what its predecessor acknowledged, and a replica
-        # below the epoch's start could be elected without those records.
-        if (
-            replica_id not in isr
-            and key not in self._isr_expansions
-            and fetch_offset
-            >= max(self.high_watermark(topic, partition, partition_log), state.epoch_start_offset)
-        ):
-            state.caught_up_ms[replica_id] = now_ms()  # not lagging the moment it is back
-            task = asyncio.create_task(self.cluster.change_isr(topic, partition, (*isr, replica_id)))
-            self._isr_expansions[key] = task
-            task.add_done_callback(partial(self._isr_expansion_done, key))
+        async def write() -> None:
+            written = await cluster.change_isr(partition.topic, partition.index, isr)
+            partition.isr_change_written(change, written)
+            if written:
+                self.metrics.isr_changed(shrunk=False)
+            self._wake_fetches([partition.log])
 
-    def _isr_expansion_done(self, key: tuple[str, int], task: asyncio.Task[bool]) -> None:
-        self._isr_expansions.pop(key, None)
-        if not task.cancelled() and task.exception() is None and task.result():
-            self.metrics.isr_changed(shrunk=False)
-
-    def high_watermark(self, topic: str, partition: int, partition_log: PartitionLog) -> int:
-        """What consumers may read: the flushed offset alone; in a cluster, on the leader, also
-        no further than every ISR member's log end (never moving back)."""
-        if self.cluster is None:
-            return partition_log.flushed_offset
-        key = (topic, partition)
-        state = self._leading.get(key)
-        isr = self.cluster.view.isr(topic, partition)
-        known = min(self._high_watermarks.get(key, 0), partition_log.flushed_offset)
-        if state is None:
-            return partition_log.flushed_offset if not isr else known
-        ends = [state.log_end.get(replica) for replica in isr if replica != self.node_id]
-        if None in ends:
-            return known
-        hw = max(known, min([partition_log.flushed_offset, *(end for end in ends if end is not None)]))
-        self._high_watermarks[key] = hw
-        return hw
+        task = asyncio.create_task(write(), name=f"isr-{partition.topic}-{partition.index}")
+        self._isr_changes.add(task)
+        task.add_done_callback(self._isr_changes.discard)
 
     def replica_states(self) -> list[ReplicaState]:
         """Every partition this broker holds, as its metrics read it: whether it leads it, the
-        high watermark (the ISR's, `high_watermark`), and its replicas and ISR. The coordinators'
-        logs, not replicated, count as led by the coordinator's broker alone."""
+        high watermark (`Partition.high_watermark`), and its replicas and ISR."""
         states = []
-        view = None if self.cluster is None else self.cluster.view
-        for topic, partition, partition_log in self.logs.partitions():
-            hw = self.high_watermark(topic, partition, partition_log)
+        for topic, index, partition_log in self.logs.partitions():
             min_insync = self.min_insync_replicas(topic)
-            assignment = None if view is None else view.topics.get(topic)
-            if view is None or assignment is None or partition >= len(assignment.replicas):
-                leader = view is None or self.coordinates_transactions
-                states.append(ReplicaState(topic, partition, partition_log, leader, hw, 1, 1, min_insync))
+            partition = self._replica(topic, index, partition_log)
+            if partition is None:  # a cluster's topic not in this broker's view yet
+                states.append(ReplicaState(topic, index, partition_log, False, 0, 0, 0, min_insync))
                 continue
-            replicas, in_sync = len(assignment.replicas[partition]), len(view.isr(topic, partition))
-            leader = (topic, partition) in self._leading
             states.append(
-                ReplicaState(topic, partition, partition_log, leader, hw, replicas, in_sync, min_insync)
+                ReplicaState(
+                    topic,
+                    index,
+                    partition_log,
+                    partition.is_leader,
+                    partition.high_watermark(),
+                    len(partition.replicas),
+                    len(partition.isr),
+                    min_insync,
+                )
             )
         return states
 
@@ -524,14 +745,18 @@ class Broker:
             return ControllerState(False, 0)
         return ControllerState(True, len(cluster_status(view).offline))
 
-    def leading(self) -> set[tuple[str, int]]:
-        """The partitions this broker leads (cluster mode)."""
-        return set(self._leading)
+    def high_watermark(self, topic: str, index: int, partition_log: PartitionLog) -> int:
+        """What consumers may read (`Partition.high_watermark`); 0 for a log that this broker
+        holds no role for (a cluster's topic not in its view yet)."""
+        partition = self._replica(topic, index, partition_log)
+        return 0 if partition is None else partition.high_watermark()
 
-    def leader_epoch(self, topic: str, partition: int) -> int | None:
-        """The epoch this broker leads the partition in, if it does."""
-        state = self._leading.get((topic, partition))
-        return None if state is None else state.leader_epoch
+    def leader_epoch(self, topic: str, index: int) -> int | None:
+        """The epoch this broker leads the partition in, to stamp on batches and check fetches
+        against; None when it does not lead it, and on a single broker, whose partitions never
+        change leader."""
+        partition = self._partitions.get((topic, index))
+        return None if partition is None else partition.stamped_epoch
 
     async def wait_replicated(
         self, targets: list[tuple[str, int, PartitionLog, int]], timeout_s: float
@@ -545,27 +770,29 @@ class Broker:
         while True:
             # A topic deleted and created again meanwhile has a new log: the batch went with the old.
             held = {
-                (topic, partition)
-                for topic, partition, partition_log, _ in targets
-                if (topic, partition) in self._leading and self.logs.get(topic, partition) is partition_log
+                (topic, index): partition
+                for topic, index, partition_log, _ in targets
+                if (partition := self._partitions.get((topic, index))) is not None
+                and partition.is_leader
+                and partition.log is partition_log
             }
             done = {
-                (topic, partition): self.high_watermark(topic, partition, partition_log) >= end
-                for topic, partition, partition_log, end in targets
+                (topic, index): key_held is not None and key_held.high_watermark() >= end
+                for topic, index, _, end in targets
+                for key_held in [held.get((topic, index))]
             }
             remaining = deadline - time.monotonic()
             if all(done.values()) or len(held) < len(done) or remaining <= 0:
                 return {key: self._replicated(key, reached, key in held) for key, reached in done.items()}
-            short = [
-                partition_log for topic, partition, partition_log, _ in targets if not done[topic, partition]
-            ]
+            short = [partition for key, partition in held.items() if not done[key]]
             waiter: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
-            for partition_log in short:
-                self._replication_waiters.setdefault(partition_log, set()).add(waiter)
+            for partition in short:
+                partition.waiters.add(waiter)
             try:
                 await _woken_or_timed_out(waiter, remaining)
             finally:
-                _forget(self._replication_waiters, short, waiter)
+                for partition in short:
+                    partition.waiters.discard(waiter)
 
     def _replicated(self, key: tuple[str, int], reached: bool, held: bool) -> ErrorCode:
         if not held:
@@ -576,82 +803,93 @@ class Broker:
             return ErrorCode.not_enough_replicas_after_append
         return ErrorCode.none
 
+    async def wait_committed(self, logs: Iterable[DurableLog], timeout_s: float) -> ErrorCode:
+        """Once everything appended to `logs` (partitions this broker leads) so far is committed:
+        fsynced and, on a partition with other replicas, below its high watermark, as an acks=all
+        produce waits. NONE, or the partition's error (`wait_replicated`)."""
+        logs = tuple(logs)
+        targets = []
+        for durable_log in logs:
+            partition = self._partitions_by_log.get(durable_log)
+            if partition is None:
+                return ErrorCode.not_leader_or_follower  # the partition went (a deleted topic)
+            targets.append((partition.topic, partition.index, partition.log, partition.log.log_end_offset))
+        durable = self.wait_durable(logs)  # asks for the flush now; the high watermark waits for it
+        if all(len(self._partitions[topic, index].replicas) <= 1 for topic, index, _, _ in targets):
+            await durable
+            return ErrorCode.none
+        # A coordinator appends without telling anyone: its followers, long-polling, copy it now.
+        self.appended(
+            log for topic, index, log, end in targets if self._partitions[topic, index].high_watermark() < end
+        )
+        replicated = await self.wait_replicated(targets, timeout_s)
+        return next((code for code in replicated.values() if code != ErrorCode.none), ErrorCode.none)
+
     def _wake_everyone(self) -> None:
         """Leadership or an ISR changed, which may move any high watermark (or end a wait for
         one): every acks=all produce and every long-polling fetch looks again (a follower's too:
         a partition this broker no longer leads answers its error at once)."""
-        self._wake_fetches([*self._replication_waiters, *self._fetch_waiters])
+        woken_at = time.perf_counter()
+        for partition in self._partitions.values():
+            if partition.waiters:
+                partition.wake(woken_at)
+        _wake(self._fetch_waiters, list(self._fetch_waiters), woken_at)
         if self._append_waiters:
-            _wake(self._append_waiters, list(self._append_waiters), time.perf_counter())
+            _wake(self._append_waiters, list(self._append_waiters), woken_at)
 
     async def _shrink_isrs(self) -> None:
         """As Kafka's leaders: drop followers that have not caught up for replica.lag.time.max.ms
         from the ISR (a compare-and-set on the state znode, keeping the leader epoch)."""
         assert self.cluster is not None
         lag_ms = self.config.get_int("replica.lag.time.max.ms")
-        view = self.cluster.view
-        for (topic, partition), state in list(self._leading.items()):
-            isr = view.isr(topic, partition)
-            lagging = state.lagging(isr, self.node_id, lag_ms, now_ms())
-            if lagging:
-                in_sync = tuple(replica for replica in isr if replica not in lagging)
-                log.warning("%s-%d: %s lag, ISR now %s", topic, partition, lagging, in_sync)
-                if await self.cluster.change_isr(topic, partition, in_sync):
-                    self.metrics.isr_changed(shrunk=True)
-
-    @property
-    def coordinates_transactions(self) -> bool:
-        """Whether this broker's transaction coordinator is the one clients find (FindCoordinator)."""
-        return self.cluster is None or self.cluster.view.coordinator_id == self.node_id
+        for partition in list(self._partitions.values()):
+            if not partition.is_leader:
+                continue
+            lagging = partition.lagging(lag_ms, now_ms())
+            if not lagging:
+                continue
+            in_sync = tuple(replica for replica in partition.isr if replica not in lagging)
+            change = partition.begin_isr_change(in_sync)
+            if change is None:
+                continue  # another change is in flight
+            log.warning("%s-%d: %s lag, ISR now %s", partition.topic, partition.index, lagging, in_sync)
+            written = await self.cluster.change_isr(partition.topic, partition.index, in_sync)
+            partition.isr_change_written(change, written)
+            if written:
+                self.metrics.isr_changed(shrunk=True)
 
     def leader_elsewhere(self, topic: str, partition: int) -> bool:
-        """In a cluster: the partition exists and another broker leads it, or none does."""
-        if self.cluster is None:
-            return False
-        view = self.cluster.view
-        assignment = view.topics.get(topic)
-        return (
-            assignment is not None
-            and 0 <= partition < len(assignment.replicas)
-            and view.leader(topic, partition) != self.node_id
-        )
+        """The partition exists and another broker leads it, or none does."""
+        view = self.metadata
+        return view.has_partition(topic, partition) and view.leader(topic, partition) != self.node_id
 
     def current_leader(self, topic: str, partition: int) -> dict[str, int] | None:
-        """In a cluster: the partition's leader and epoch as NOT_LEADER_OR_FOLLOWER answers name
-        them (KIP-951), so that a client goes there without a Metadata request first."""
-        if self.cluster is None:
-            return None
-        view = self.cluster.view
+        """The partition's leader and epoch as NOT_LEADER_OR_FOLLOWER answers name them (KIP-951),
+        so that a client goes there without a Metadata request first."""
+        view = self.metadata
         state = view.states.get((topic, partition))
         if state is None:
             return None
         return {"leader_id": view.live_leader(topic, partition), "leader_epoch": state.leader_epoch}
 
     def known_endpoints(self) -> list[Endpoint]:
-        """This broker, and in a cluster every live broker registered in ZooKeeper."""
-        if self.cluster is None:
-            return [self.endpoint]
-        brokers = self.cluster.view.brokers.values()
-        return [Endpoint(node.broker_id, node.host, node.port) for node in brokers]
+        """Every live broker of the cluster (this one alone, for a single broker)."""
+        return [Endpoint(node.broker_id, node.host, node.port) for node in self.metadata.brokers.values()]
 
     def partition_exists(self, partition: tuple[str, int]) -> bool:
-        """Whether the partition exists: in a cluster, anywhere in it (this broker may hold no
-        replica of a topic whose offsets its group coordinator keeps)."""
-        if self.cluster is None:
-            return self.logs.get(*partition) is not None
-        assignment = self.cluster.view.topics.get(partition[0])
-        return assignment is not None and 0 <= partition[1] < len(assignment.replicas)
+        """Whether the partition exists anywhere in the cluster (this broker may hold no replica
+        of a topic whose offsets its group coordinator keeps)."""
+        return self.metadata.has_partition(*partition)
 
     def min_insync_replicas(self, topic: str) -> int:
         """The topic's `min.insync.replicas`, else the broker's."""
         configs = self.logs.topics[topic].configs
         return int(configs.get("min.insync.replicas", self.config.get("min.insync.replicas")))
 
-    def in_sync_replicas(self, topic: str, partition: int) -> int:
-        """How many replicas are in the partition's ISR: this broker alone outside a cluster."""
-        if self.cluster is None:
-            return 1
-        return len(self.cluster.view.isr(topic, partition))
+    def in_sync_replicas(self, topic: str, index: int) -> int:
+        """How many replicas are in the partition's ISR, as this broker knows it."""
+        partition = self.partition(topic, index)
+        return 0 if partition is None else len(partition.isr)
 
     # -- consumer-group timeouts ---------------------------------------------------
     def _schedule_group_timer(self, at_ms: int) -> None:
@@ -670,10 +908,14 @@ class Broker:
         """Session, rebalance, sync and join-delay timeouts that have passed; then the next timer."""
         self._group_timer = None
         self._group_timer_at_ms = None
-        self.appended(self.groups.tick(now_ms()))
-        next_at_ms = self.groups.next_deadline_ms()
-        if next_at_ms is not None:
-            self._schedule_group_timer(next_at_ms)
+        deadlines = []
+        for shard in self.groups.loaded():
+            self.appended(shard.coordinator.tick(now_ms()))
+            deadline = shard.coordinator.next_deadline_ms()
+            if deadline is not None:
+                deadlines.append(deadline)
+        if deadlines:
+            self._schedule_group_timer(min(deadlines))
 
     # -- appends and durability ------------------------------------------------
     def appended(self, logs: Iterable[DurableLog]) -> None:
@@ -778,8 +1020,10 @@ class Broker:
         """The high watermarks of `logs` may have moved: wake the fetches and the acks=all
         produces (cluster mode) waiting on them."""
         woken_at = time.perf_counter()
-        if self._replication_waiters:
-            _wake(self._replication_waiters, logs, woken_at)
+        for flushed in logs:
+            partition = self._partitions_by_log.get(flushed)
+            if partition is not None and partition.waiters:
+                partition.wake(woken_at)
         _wake(self._fetch_waiters, logs, woken_at)
 
     async def _every(self, what: str, interval_s: float, step: Callable[[], Awaitable[None] | None]) -> None:
@@ -928,10 +1172,6 @@ def _forget(
             waiters.discard(waiter)
             if not waiters:
                 del waiting[partition]
-
-
-def high_watermark(log: PartitionLog) -> int:
-    return log.flushed_offset
 
 
 def _run_each(calls: list[Callable[[], None]]) -> None:

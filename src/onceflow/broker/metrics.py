@@ -16,7 +16,7 @@ import collections
 import dataclasses
 import time
 import typing
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -71,11 +71,8 @@ class ControllerState:
 class BrokerState(Protocol):
     """What the collector reads of the broker when Prometheus scrapes."""
 
-    @property
-    def transactions(self) -> TransactionCoordinator: ...
-
-    @property
-    def groups(self) -> GroupCoordinator: ...
+    def coordinators(self) -> tuple[Iterable[TransactionCoordinator], Iterable[GroupCoordinator]]:
+        """The coordinators this broker runs now (one per internal partition it leads)."""
 
     @property
     def coordinator_load_seconds(self) -> Mapping[str, float]: ...
@@ -276,12 +273,13 @@ class _StateCollector(Collector):
         yield from self._replica_manager(replicas)
         yield from self._controller()
         yield from self._partitions(replicas)
-        yield from self._transaction_metrics()
-        yield from self._group_metrics({(r.topic, r.partition): r.high_watermark for r in replicas})
+        transactions, groups = self._broker.coordinators()
+        yield from self._transaction_metrics(transactions)
+        yield from self._group_metrics(groups, {(r.topic, r.partition): r.high_watermark for r in replicas})
         load = GaugeMetricFamily(
             "onceflow_coordinator_load_seconds",
-            "How long each coordinator took to load its log at start-up "
-            "(group- and transaction-coordinator-metrics partition-load-time-max).",
+            "The longest time a partition of each coordinator's internal topic took to load, from "
+            "its election to serving (group- and transaction-coordinator-metrics partition-load-time-max).",
             labels=["coordinator"],
         )
         for coordinator, seconds in sorted(self._broker.coordinator_load_seconds.items()):
@@ -384,9 +382,11 @@ class _StateCollector(Collector):
                 assigned.add_metric(values, replica.replicas)
         yield from (log_end, log_start, size, high_watermark, stable, lso_lag, in_sync, assigned)
 
-    def _transaction_metrics(self) -> Iterator[Metric]:
+    def _transaction_metrics(self, coordinators: Iterable[TransactionCoordinator]) -> Iterator[Metric]:
         now_ms = int(time.time() * 1000)
-        transactions = self._broker.transactions.transactions.values()
+        transactions = [
+            metadata for coordinator in coordinators for metadata in coordinator.transactions.values()
+        ]
         open_starts = [metadata.start_ms for metadata in transactions if not metadata.state.is_complete]
         count = GaugeMetricFamily(
             "onceflow_transactions_open", "Transactions begun and not yet completed (Ongoing or Prepare*)."
@@ -409,7 +409,9 @@ class _StateCollector(Collector):
         yield oldest
         yield ids
 
-    def _group_metrics(self, high_watermarks: dict[tuple[str, int], int]) -> Iterator[Metric]:
+    def _group_metrics(
+        self, coordinators: Iterable[GroupCoordinator], high_watermarks: dict[tuple[str, int], int]
+    ) -> Iterator[Metric]:
         labels = ["consumergroup", "topic", "partition"]
         committed = GaugeMetricFamily(
             "kafka_consumergroup_current_offset", "A group's committed offset, per partition.", labels=labels
@@ -421,21 +423,22 @@ class _StateCollector(Collector):
         )
         groups = GaugeMetricFamily(
             "kafka_coordinator_group_groupmetadatamanager_num_groups",
-            "Groups the group coordinator keeps, by state (NumGroups, NumGroupsStable, ...).",
+            "Groups the group coordinators keep, by state (NumGroups, NumGroupsStable, ...).",
             labels=["state"],
         )
         offsets = GaugeMetricFamily(
             "kafka_coordinator_group_groupmetadatamanager_num_offsets",
-            "Committed offsets the group coordinator keeps (NumOffsets).",
+            "Committed offsets the group coordinators keep (NumOffsets).",
         )
-        coordinator = self._broker.groups
-        listings = coordinator.list_groups()
-        by_state = collections.Counter(listing.state for listing in listings)
+        listings = [
+            (coordinator, listing) for coordinator in coordinators for listing in coordinator.list_groups()
+        ]
+        by_state = collections.Counter(listing.state for _, listing in listings)
         for state in GroupState:
             if state is not GroupState.DEAD:
                 groups.add_metric([state.value], by_state[state])
         offset_count = 0
-        for listing in listings:
+        for coordinator, listing in listings:
             for fetched in coordinator.fetch_offsets(listing.group_id, None, require_stable=False):
                 if fetched.offset is None:
                     continue

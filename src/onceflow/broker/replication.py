@@ -4,7 +4,8 @@ A follower fetches from its leader with Fetch (replica_id = its broker id) and a
 batches exactly as the leader stored them, so both logs hold the same bytes at the same
 offsets. One fetcher per leader broker fetches all the partitions followed there with one
 request, over one connection, as Kafka's fetcher threads do. The leader learns each follower's
-log end offset from the offset it fetches at; the high watermark is the lowest log end in the ISR.
+log end offset from the offset it fetches at (`broker.partition`, where the high watermark is
+the lowest log end in the ISR).
 
 Before fetching a partition from a new leader, the follower cuts any suffix the leader does not
 have (KIP-101/279): it asks the leader with OffsetForLeaderEpoch where its own latest leader
@@ -18,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -49,30 +50,6 @@ _SESSION_LOST = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_s
 
 class Diverged(Exception):
     """The follower cannot line a partition's log up with the leader's: it stops fetching it."""
-
-
-@dataclass
-class LeaderState:
-    """What the leader of a partition knows of its followers."""
-
-    leader_epoch: int
-    started_ms: int
-    epoch_start_offset: int = 0  # where this leader's epoch began in its log
-    log_end: dict[int, int] = field(default_factory=dict)
-    caught_up_ms: dict[int, int] = field(default_factory=dict)
-
-    def fetched(self, replica_id: int, fetch_offset: int, leader_log_end: int, now_ms: int) -> None:
-        self.log_end[replica_id] = fetch_offset
-        if fetch_offset >= leader_log_end:
-            self.caught_up_ms[replica_id] = now_ms
-
-    def lagging(self, isr: tuple[int, ...], leader_id: int, lag_ms: int, now_ms: int) -> list[int]:
-        """ISR members that have not caught up for `lag_ms` (Kafka's replica.lag.time.max.ms)."""
-        return [
-            replica
-            for replica in isr
-            if replica != leader_id and now_ms - self.caught_up_ms.get(replica, self.started_ms) > lag_ms
-        ]
 
 
 @dataclass

@@ -1,4 +1,10 @@
-"""What a broker knows of its cluster: one consistent read of the znodes."""
+"""What a broker knows of its cluster: one consistent read of the znodes.
+
+The same view describes a single broker, as a cluster of one (`one_node_view`): it is the
+controller, every partition's only replica and leader, at epoch 0. So the broker asks one set of
+questions (who leads this partition, with what ISR, who coordinates this key, which brokers are
+live) whether or not it runs in a cluster.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from onceflow.cluster.znodes import NO_LEADER, BrokerRegistration, PartitionState, TopicAssignment
+from onceflow.internal_topics import partition_for
 
 
 @dataclass(frozen=True)
@@ -39,12 +46,43 @@ class ClusterView:
         state = self.states.get((topic, partition))
         return () if state is None else state.isr
 
+    def partition_count(self, topic: str) -> int:
+        """How many partitions the topic has; 0 when it does not exist."""
+        assignment = self.topics.get(topic)
+        return 0 if assignment is None else len(assignment.replicas)
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        return 0 <= partition < self.partition_count(topic)
+
+    def coordinator(self, internal_topic: str, key: str) -> int:
+        """The broker that coordinates `key`: the live leader of the partition of
+        `internal_topic` that holds it (`internal_topics`), NO_LEADER while there is none (the topic
+        is not created yet, or the partition has no live leader)."""
+        partitions = self.partition_count(internal_topic)
+        if not partitions:
+            return NO_LEADER
+        return self.live_leader(internal_topic, partition_for(key, partitions))
+
     @cached_property
     def names_by_topic_id(self) -> Mapping[uuid.UUID, str]:
         return {topic.topic_id: name for name, topic in self.topics.items()}
 
-    @property
-    def coordinator_id(self) -> int:
-        """The broker that hosts the coordinators' internal topics: the live broker with the lowest
-        id (simple and the same on every broker; the topics are not replicated yet)."""
-        return min(self.brokers, default=NO_LEADER)
+
+def one_node_view(
+    broker: BrokerRegistration,
+    topics: Mapping[str, tuple[uuid.UUID, int]],
+    topic_configs: Mapping[str, Mapping[str, str]],
+) -> ClusterView:
+    """A single broker as a cluster of one: `topics` are its topics' ids and partition counts."""
+    node = broker.broker_id
+    only = PartitionState(node, 0, (node,), 0)
+    return ClusterView(
+        brokers={node: broker},
+        controller_id=node,
+        topics={
+            name: TopicAssignment(topic_id, ((node,),) * count) for name, (topic_id, count) in topics.items()
+        },
+        states={(name, index): only for name, (_, count) in topics.items() for index in range(count)},
+        topic_configs=topic_configs,
+        state_versions={(name, index): 0 for name, (_, count) in topics.items() for index in range(count)},
+    )

@@ -106,6 +106,8 @@ class ZooKeeperCluster:
         # Only touched on a worker thread holding the lock: the reads and writes that follow the
         # cluster, and the elections ElectLeaders asks for.
         self._controller_lock = threading.Lock()
+        self._creating: set[str] = set()  # topics being created in the background
+        # Only touched on the worker thread that reads and writes, one read at a time.
         self._controller: ControllerStateMachine | None = None
         self._controller_epoch_version = -1
         self._topic_configs: Mapping[str, Mapping[str, str]] = {}
@@ -541,15 +543,25 @@ class ZooKeeperCluster:
                 continue
             return
 
-    def create_topic_soon(self, topic: str, replicas: tuple[Replicas, ...]) -> None:
-        """Auto-creation: Metadata answers LEADER_NOT_AVAILABLE meanwhile, and clients ask again."""
-        task = asyncio.create_task(self._create_quietly(topic, replicas))
+    def create_topic_soon(
+        self, topic: str, replicas: tuple[Replicas, ...], configs: Mapping[str, str] | None = None
+    ) -> None:
+        """Auto-creation (and the coordinators' internal topics): Metadata answers
+        LEADER_NOT_AVAILABLE meanwhile, FindCoordinator COORDINATOR_NOT_AVAILABLE, and clients
+        ask again. One creation of a topic at a time."""
+        if topic in self._creating:
+            return
+        self._creating.add(topic)
+        task = asyncio.create_task(self._create_quietly(topic, replicas, configs or {}))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(lambda _: self._creating.discard(topic))
 
-    async def _create_quietly(self, topic: str, replicas: tuple[Replicas, ...]) -> None:
+    async def _create_quietly(
+        self, topic: str, replicas: tuple[Replicas, ...], configs: Mapping[str, str]
+    ) -> None:
         try:
-            await self.create_topic(topic, replicas, {})
+            await self.create_topic(topic, replicas, configs)
         except TopicExistsError:
             pass  # another broker created it first
         except (KazooException, KazooTimeoutError):

@@ -10,16 +10,18 @@ A JoinGroup waits until the rebalance completes and a SyncGroup until the leader
 arrives: each leaves a callback that the coordinator calls exactly once, at the latest when a
 rebalance, session or sync timeout passes. Callbacks must not call back into the coordinator.
 
-Every change (offsets, staged transactional offsets and their outcome, the group after each
-completed rebalance, deletions) is appended to the internal topic `__consumer_offsets` through
-the coordinator runtime before it takes effect (write, then apply): offsets, transaction
-outcomes and deletions are applied by the same `_apply` that replays them, and a rebalance
-makes a group Stable only once its assignment is written. A failed append changes nothing and
-the client gets NOT_COORDINATOR. Membership between rebalances is not logged, as in Kafka's
-classic protocol. Callers answer only once `log` is durable. Start-up replays that log:
-offsets, staged offsets and the members of each group's last generation come back; those
-members must heartbeat or rejoin within their session timeout, as after a Kafka coordinator
-failover.
+One coordinator per partition of `__consumer_offsets`, with the groups that `internal_topics` puts
+there. Every change (offsets, staged transactional offsets and their outcome, the group after
+each completed rebalance, deletions) is appended to that partition through the coordinator
+runtime before it takes effect (write, then apply): offsets, transaction outcomes and deletions
+are applied by the same `_apply` that replays them, and a rebalance makes a group Stable only
+once its assignment is written. A failed append changes nothing and the client gets
+NOT_COORDINATOR (or COORDINATOR_NOT_AVAILABLE with too few replicas in sync). Membership between
+rebalances is not logged, as in Kafka's classic protocol. Callers answer only once `log` is
+committed. Loading replays that log (when the broker starts, or takes over the partition's
+leadership): offsets, staged offsets and the members of each group's last generation come
+back; those members must heartbeat or rejoin within their session timeout, as after a Kafka
+coordinator failover.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ import heapq
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from onceflow import failpoints
 from onceflow.coordinator.group_metadata import (
     CONSUMER_PROTOCOL_TYPE,
     Group,
@@ -72,12 +75,18 @@ from onceflow.coordinator.group_requests import (
     StagedOffset,
     SyncRequest,
 )
-from onceflow.coordinator.runtime import CoordinatorLog, CoordinatorRuntime, DurableLog
-from onceflow.log.errors import LogError
+from onceflow.coordinator.runtime import (
+    UNFENCED_MARKERS,
+    CoordinatorLog,
+    CoordinatorRuntime,
+    DurableLog,
+    run,
+    write_error,
+)
+from onceflow.log.errors import LogAppendError, LogError
 
 _log = logging.getLogger(__name__)
 
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 # Compacted, as in Kafka: the last record of every key is the state, so replay stays short.
 CONSUMER_OFFSETS_CONFIG = {"cleanup.policy": "compact"}
 # A new member cannot heartbeat while its first JoinGroup waits; Kafka bounds that wait so.
@@ -92,8 +101,11 @@ class GroupCoordinator:
         config: GroupConfig,
         now_ms: int,
         on_earlier_deadline: Callable[[int], None] = lambda _at_ms: None,
+        replay: bool = True,
     ) -> None:
-        """Replay `log` (`__consumer_offsets`); `has_partition` tells which partitions exist.
+        """The coordinator of `log` (a partition of `__consumer_offsets`), replayed now unless
+        `replay` is False: then the caller runs `load()` before anything else. `has_partition`
+        tells which partitions exist.
 
         `on_earlier_deadline(at_ms)` is called when a timeout earlier than every pending one is
         set, so that the owner can call `tick` on time; it must not call into the coordinator."""
@@ -103,14 +115,33 @@ class GroupCoordinator:
         self._runtime = CoordinatorRuntime(log, encode, decode, self._apply)
         self._groups: dict[str, Group] = {}
         self._groups_by_producer: dict[int, set[str]] = {}  # producers with staged offsets
+        # The epoch of the transaction coordinator that last completed each producer's
+        # transaction here: a marker from an older one (deposed, and late) is refused.
+        self._coordinator_epochs: dict[int, int] = {}
         # (deadline, tie-breaker, group id): the group looks at its own deadlines when woken.
         self._timers: list[tuple[int, int, str]] = []
         self._timer_sequence = itertools.count()
-        self._runtime.replay()
-        # Replayed members get a full session to heartbeat or rejoin.
+        if replay:
+            run(self.load(now_ms))
+
+    def load(self, now_ms: int) -> Iterator[None]:
+        """Replay the log, in steps (`CoordinatorRuntime.replay`); replayed members then get a
+        full session to heartbeat or rejoin."""
+        yield from self._runtime.replay()
         for group in self._groups.values():
             for member in group.members.values():
                 self._touch(group, member, now_ms)
+
+    def unload(self) -> None:
+        """This broker stopped coordinating the partition: whoever waits in JoinGroup or
+        SyncGroup hears NOT_COORDINATOR and looks the coordinator up again."""
+        for group in self._groups.values():
+            for member in group.members.values():
+                if member.join_callback is not None:
+                    _answer_join(member, JoinResult(ErrorCode.not_coordinator, member.member_id))
+                if member.sync_callback is not None:
+                    _answer_sync(member, SyncResult(ErrorCode.not_coordinator))
+        self._timers.clear()
 
     @property
     def log(self) -> DurableLog:
@@ -282,23 +313,40 @@ class GroupCoordinator:
         self._forget_if_unused(group)
         return results
 
-    def complete_transaction(self, producer_id: int, commit: bool, now_ms: int) -> list[DurableLog]:
-        """Make visible (commit) or drop (abort) every offset `producer_id` staged, in every
-        group. Returns the logs to pass to `Broker.appended` and wait on with
-        `Broker.wait_durable` before the outcome counts; empty when nothing was staged.
-        Raises LogError when the outcome cannot be written; nothing changed then, so retry."""
-        if producer_id not in self._groups_by_producer:
+    def complete_transaction(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> list[DurableLog]:
+        """A transaction marker for this partition: make visible (commit) or drop (abort) every
+        offset `producer_id` staged here, in every group. A commit takes only what the
+        transaction's own epoch staged: a zombie of an older session may have staged offsets
+        after its fence, which no check stopped when its transaction coordinator is another
+        broker. Returns the logs to pass to `Broker.appended` and wait on before the outcome
+        counts; empty when there was nothing to write. Raises LogError when the outcome cannot
+        be written, nothing changed then, so retry; TRANSACTION_COORDINATOR_FENCED when an
+        older coordinator than the last one sent the marker (it lost its partition meanwhile)."""
+        known = self._coordinator_epochs.get(producer_id, -1)
+        if coordinator_epoch < known and not failpoints.armed(UNFENCED_MARKERS):
+            raise LogAppendError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"a marker from coordinator epoch {coordinator_epoch}, older than {known}",
+            )
+        staged = self._groups_by_producer.get(producer_id)
+        if staged is None and coordinator_epoch == known:
             return []
-        records: list[CoordinatorRecord] = [TransactionCompleted(producer_id, commit)]
+        records: list[CoordinatorRecord] = [
+            TransactionCompleted(producer_id, commit, True, coordinator_epoch)
+        ]
         if commit:
             # Written out, not left to the staged records: compaction may drop those.
-            for group_id in self._groups_by_producer[producer_id]:
+            for group_id in staged or ():
                 group = self._groups[group_id]
-                for partition, staged in group.pending_offsets[producer_id].items():
+                for partition, stored in group.pending_offsets[producer_id].items():
                     current = group.offsets.get(partition)
-                    if current is None or current.log_offset < staged.log_offset:
+                    if stored.producer_epoch == producer_epoch and (
+                        current is None or current.log_offset < stored.log_offset
+                    ):
                         records.append(
-                            OffsetCommittedInTransaction(group_id, partition, staged.value, staged.log_offset)
+                            OffsetCommittedInTransaction(group_id, partition, stored.value, stored.log_offset)
                         )
         self._runtime.write(records, now_ms)
         return [self.log]
@@ -883,7 +931,9 @@ class GroupCoordinator:
                 staged = group.pending_offsets.setdefault(producer_id, {})
                 staged[partition] = StoredOffset(offset, log_offset, producer_epoch)
                 self._groups_by_producer.setdefault(producer_id, set()).add(group_id)
-            case TransactionCompleted(producer_id, commit, offsets_logged):
+            case TransactionCompleted(producer_id, commit, offsets_logged, coordinator_epoch):
+                known = self._coordinator_epochs.get(producer_id, -1)
+                self._coordinator_epochs[producer_id] = max(known, coordinator_epoch)
                 for group_id in self._groups_by_producer.pop(producer_id, set()):
                     group = self._groups[group_id]
                     staged = group.pending_offsets.pop(producer_id)
@@ -990,8 +1040,12 @@ def _answer_sync(member: Member, result: SyncResult) -> None:
 
 
 def _coordinator_error(failure: LogError) -> ErrorCode:
-    """What a client is told when the coordinator log refuses a write."""
+    """What a client is told when the coordinator log refuses a write, as Kafka's
+    GroupMetadataManager maps it: a batch too large is INVALID_COMMIT_OFFSET_SIZE; too few
+    replicas in sync COORDINATOR_NOT_AVAILABLE; anything else NOT_COORDINATOR (storage trouble,
+    a lost leadership: the client looks the coordinator up again and retries)."""
     if failure.error_code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
         return ErrorCode.invalid_commit_offset_size
-    # Storage trouble: the client looks the coordinator up again and retries.
+    if write_error(failure.error_code) == ErrorCode.coordinator_not_available:
+        return ErrorCode.coordinator_not_available
     return ErrorCode.not_coordinator

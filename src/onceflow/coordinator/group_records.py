@@ -8,7 +8,9 @@ is about; replaying every record in log order rebuilds the coordinator's state:
     ["txn_offset", group, producer id, topic, partition] an offset staged by a transaction;
                                                         null: deleted
     ["txn_end", producer id]                            {"commit": bool}: drop what that
-                                                        producer staged, in every group
+                                                        producer staged, in every group; with
+                                                        the epoch of the transaction
+                                                        coordinator that sent the marker
     ["group", group]                                    the group after a rebalance; a null
                                                         value deletes the group and its offsets
 
@@ -79,6 +81,7 @@ class TransactionCompleted:
     producer_id: int
     commit: bool
     offsets_logged: bool = True  # False only in records written before compaction
+    coordinator_epoch: int = -1  # -1 in records written before coordinators moved
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +142,13 @@ def encode(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
         case StagedOffsetRemoved(group_id, producer_id, (topic, partition)):
             key = ["txn_offset", group_id, producer_id, topic, partition]
             value = None
-        case TransactionCompleted(producer_id, commit, offsets_logged):
+        case TransactionCompleted(producer_id, commit, offsets_logged, coordinator_epoch):
             key = ["txn_end", producer_id]
-            value = {"commit": commit, "offsets_logged": offsets_logged}
+            value = {
+                "commit": commit,
+                "offsets_logged": offsets_logged,
+                "coordinator_epoch": coordinator_epoch,
+            }
         case GroupStored():
             key = ["group", record.group_id]
             value = {
@@ -182,7 +189,10 @@ def decode(key: bytes | None, value: bytes | None) -> CoordinatorRecord:
                 )
             case ["txn_end", int(producer_id)] if body is not None:
                 return TransactionCompleted(
-                    producer_id, bool(body["commit"]), bool(body.get("offsets_logged", False))
+                    producer_id,
+                    bool(body["commit"]),
+                    bool(body.get("offsets_logged", False)),
+                    int(body.get("coordinator_epoch", -1)),
                 )
             case ["group", str(group_id)] if body is None:
                 return GroupDeleted(group_id)

@@ -1,12 +1,17 @@
 """What both coordinators share: their log, append, replay and what to wait on (after Kafka's
 `CoordinatorRuntime`).
 
+A coordinator is one partition of its internal topic (`__consumer_offsets` or
+`__transaction_state`): the broker that leads the partition builds it, replays the partition into
+it, and drops it when the leadership goes (`internal_topics` says which partition holds a key).
+
 Write, then apply. An operation reads the coordinator's state and returns a
 `CoordinatorResult`: the records to append and the reply. The runtime appends the records and
-only then applies them, with the same function that replays them at start-up, so memory never
+only then applies them, with the same function that replays them at load, so memory never
 runs ahead of the log: when the append fails, nothing changed and the caller answers with an
-error code. The reply names the log that must be durable before the client hears it; the
-broker does the waiting, so a coordinator stays a state machine without an event loop.
+error code. The reply names the log that must be committed (fsynced, and in a cluster copied by
+the partition's ISR) before the client hears it; the broker does the waiting, so a coordinator
+stays a state machine without an event loop.
 """
 
 from __future__ import annotations
@@ -21,11 +26,16 @@ from kio.schema.errors import ErrorCode
 from onceflow.log.batch import CorruptRecordError, decode_records, encode_batch, parse_batch_header
 from onceflow.log.errors import LogAppendError, LogError
 from onceflow.log.log import DataFlush, PartitionLog
-from onceflow.log.manager import LogManager
 
 _log = logging.getLogger(__name__)
 
 _REPLAY_CHUNK_BYTES = 1 << 20
+# Records applied between two steps of a load, so that the broker serves meanwhile.
+REPLAY_STEP_RECORDS = 2000
+
+# A failpoint, the negative control of the coordinator epoch check: with it armed, partitions
+# take the markers of a deposed transaction coordinator, as before coordinators moved.
+UNFENCED_MARKERS = "markers.unfenced"
 
 KeyValue = tuple[bytes | None, bytes | None]
 StoredRecord = tuple[int, bytes | None, bytes | None]  # offset, key, value
@@ -103,15 +113,21 @@ class CoordinatorRuntime(Generic[R]):
     def durable_log(self) -> DurableLog:
         return self.log.durable_log
 
-    def replay(self) -> None:
-        """Apply every record of the log, in order. A record this coordinator cannot decode
-        (ValueError) ends its batch with a warning, as a corrupt batch does."""
+    def replay(self) -> Iterator[None]:
+        """Apply every record of the log, in order, yielding every REPLAY_STEP_RECORDS records
+        (the caller goes on when it likes). A record this coordinator cannot decode (ValueError)
+        ends its batch with a warning, as a corrupt batch does."""
+        applied = 0
         for batch in self.log.batches():
             try:
                 for offset, key, value in batch:
                     self._apply(self._decode(key, value), offset)
             except ValueError as error:
                 _log.warning("skipping the rest of a batch at %d: %s", batch[0][0], error)
+            applied += len(batch)
+            if applied >= REPLAY_STEP_RECORDS:
+                applied = 0
+                yield
 
     def write(self, records: Sequence[R], now_ms: int) -> None:
         """Append `records`, then apply them. Raises LogError, with nothing applied, when the
@@ -131,29 +147,31 @@ class CoordinatorRuntime(Generic[R]):
             raise LogAppendError(ErrorCode.kafka_storage_error, str(failure)) from failure
 
 
+def run(steps: Iterator[None]) -> None:
+    """Run a load to its end at once."""
+    for _ in steps:
+        pass
+
+
 class PartitionCoordinatorLog:
-    """A coordinator log on partition 0 of an internal topic."""
+    """A coordinator's log: a partition of its internal topic that this broker leads."""
 
-    def __init__(self, log: PartitionLog) -> None:
+    def __init__(self, log: PartitionLog, leadership: Callable[[], int | None] = lambda: None) -> None:
+        """`leadership()` raises LogAppendError when this broker may not write to the partition
+        now (it does not lead it, or its ISR is below min.insync.replicas: nothing is appended
+        then), else returns the leader epoch to stamp on the batch (None: none)."""
         self.partition_log = log
-
-    @classmethod
-    def open(cls, logs: LogManager, topic: str, config: dict[str, str]) -> PartitionCoordinatorLog:
-        """Partition 0 of `topic`, created with `config` on first start."""
-        if topic not in logs.topics:
-            logs.create_topic(topic, 1, config)
-        log = logs.get(topic, 0)
-        assert log is not None
-        return cls(log)
+        self._leadership = leadership
 
     @property
     def durable_log(self) -> PartitionLog:
         return self.partition_log
 
     def append(self, records: Sequence[KeyValue], now_ms: int) -> int:
+        leader_epoch = self._leadership()
         batch = encode_batch(list(records), now_ms)
         return self.partition_log.append(
-            batch, [parse_batch_header(batch)], now_ms, coordinator=True
+            batch, [parse_batch_header(batch)], now_ms, leader_epoch=leader_epoch, coordinator=True
         ).base_offset
 
     def batches(self) -> Iterator[list[StoredRecord]]:
@@ -176,17 +194,24 @@ class PartitionCoordinatorLog:
 
 
 def append_error(failure: LogError) -> ErrorCode:
-    """The error code for a failed coordinator append, as Kafka's TransactionStateManager maps
-    it: storage trouble is NOT_COORDINATOR (the client looks the coordinator up again and
-    retries), a missing or unavailable log COORDINATOR_NOT_AVAILABLE, and anything else
-    (a batch too large, say) UNKNOWN_SERVER_ERROR."""
-    if failure.error_code in (ErrorCode.kafka_storage_error, ErrorCode.not_leader_or_follower):
+    """The error code for a failed coordinator append: `write_error` of its code."""
+    return write_error(failure.error_code)
+
+
+def write_error(code: ErrorCode) -> ErrorCode:
+    """What the client hears when a coordinator write failed with `code` (appending, or waiting
+    for the partition's ISR), as Kafka's TransactionStateManager maps it: storage trouble or a
+    lost leadership is NOT_COORDINATOR (the client looks the coordinator up again and retries),
+    a missing log or too few replicas in sync COORDINATOR_NOT_AVAILABLE (it retries), and
+    anything else (a batch too large, say) UNKNOWN_SERVER_ERROR."""
+    if code in (ErrorCode.kafka_storage_error, ErrorCode.not_leader_or_follower, ErrorCode.not_coordinator):
         return ErrorCode.not_coordinator
-    if failure.error_code in (
+    if code in (
         ErrorCode.unknown_topic_or_partition,
         ErrorCode.not_enough_replicas,
         ErrorCode.not_enough_replicas_after_append,
         ErrorCode.request_timed_out,
+        ErrorCode.coordinator_not_available,
     ):
         return ErrorCode.coordinator_not_available
     return ErrorCode.unknown_server_error

@@ -1,15 +1,18 @@
 """The transaction coordinator: a state machine replayed from its own log.
 
-Write, then apply (`runtime`): every transition is a record appended to `__transaction_state`
-first and applied to memory only once the append succeeded, so a failed append (a full disk)
-changes nothing and the client gets NOT_COORDINATOR and retries. The broker answers once the
-record is durable. A restart replays the log: the last record of a transactional id is its
-state.
+One coordinator per partition of `__transaction_state` (`runtime`), with the transactional ids
+that `internal_topics` puts there. Write, then apply: every transition is a record appended to the
+partition first and applied to memory only once the append succeeded, so a failed append (a full
+disk, a lost leadership, too few replicas in sync) changes nothing and the client gets
+NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE and retries. The broker answers once the record is
+committed (fsynced and, in a cluster, copied by the partition's ISR). Loading replays the
+partition: the last record of a transactional id is its state.
 
-Phase two (`complete`) belongs here too: Prepare* durable, a marker on every partition and the
-group's offsets settled, durable, then Complete*. The coordinator does not wait itself: it
-yields what must be durable before the next step and the broker does the waiting. A
-transaction left in Prepare* by a crash is completed after the restart (`pending_completions`).
+Phase two (`complete`) belongs here too: Prepare* committed, a marker on every partition and the
+group's offsets settled, committed, then Complete*. The coordinator does not wait itself: it
+yields what must be committed before the next step and the broker does the waiting. A
+transaction left in Prepare* (by a crash, or by the partition's last leader) is completed once
+the partition is loaded (`pending_completions`).
 
 States and transitions follow docs/design.md#transaction-states (Kafka's transaction
 protocol v1). Fencing an open transaction (InitProducerId while Ongoing, or a timeout) bumps
@@ -36,12 +39,13 @@ from onceflow.coordinator.runtime import (
     DurableLog,
     KeyValue,
     append_error,
+    run,
 )
+from onceflow.internal_topics import TRANSACTION_LOG
 from onceflow.log.errors import LogError
 
 _log = logging.getLogger(__name__)
 
-TRANSACTION_LOG = "__transaction_state"
 # Compacted, as in Kafka: each record is a transactional id's whole state (or its tombstone).
 TRANSACTION_LOG_CONFIG = {"cleanup.policy": "compact"}
 # An epoch is an int16; Kafka issues a new producer id before the epoch would reach the top.
@@ -159,9 +163,9 @@ class TxnReply(Generic[T]):
     """An operation's reply and what the broker must do before giving it."""
 
     reply: T
-    # Answer once everything appended to these so far is durable: the reply may rest on a
+    # Answer once everything appended to these so far is committed: the reply may rest on a
     # write that is not (a retry of a request whose first answer was lost, say).
-    durable: tuple[DurableLog, ...] = ()
+    committed: tuple[DurableLog, ...] = ()
     # Prepared transactions whose phase two (`complete`) must start now.
     completions: tuple[str, ...] = ()
     # EndTxn answers only after phase two, so a producer's next transaction never meets
@@ -181,8 +185,11 @@ class TransactionPartitions(Protocol):
         Raises LogError when an append here fails."""
         ...
 
-    def complete_offsets(self, producer_id: int, commit: bool, now_ms: int) -> Sequence[DurableLog]:
-        """Make visible or drop the offsets the producer staged; the logs to wait on."""
+    def complete_offsets(
+        self, groups: Iterable[str], producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+    ) -> Sequence[Awaited]:
+        """Make visible or drop the offsets the producer staged in these groups (at their group
+        coordinators); what to wait on. Raises LogError when an append here fails."""
         ...
 
 
@@ -194,7 +201,10 @@ class TransactionCoordinator:
         allocate_producer_id: Callable[[], int],
         max_timeout_ms: int,
         id_expiration_ms: int,
+        replay: bool = True,
     ) -> None:
+        """The coordinator of `log`, replayed now unless `replay` is False: then the caller runs
+        `load()` before anything else."""
         self._partitions = partitions
         self._allocate_producer_id = allocate_producer_id
         self.max_timeout_ms = max_timeout_ms
@@ -203,7 +213,12 @@ class TransactionCoordinator:
         self.transactions: dict[str, TransactionMetadata] = {}
         self._by_producer_id: dict[int, TransactionMetadata] = {}
         self._runtime = CoordinatorRuntime(log, _encode, _decode, self._apply)
-        self._runtime.replay()
+        if replay:
+            run(self.load())
+
+    def load(self) -> Iterator[None]:
+        """Replay the log, in steps (`CoordinatorRuntime.replay`)."""
+        yield from self._runtime.replay()
 
     @property
     def log(self) -> DurableLog:
@@ -452,16 +467,17 @@ class TransactionCoordinator:
 
     def complete(self, transactional_id: str, now_ms: int) -> Iterator[tuple[Awaited, ...]]:
         """Phase two of a prepared transaction, as steps: after each `yield` the caller resumes
-        once the logs yielded are durable and the markers yielded written. Prepare* durable,
-        then a marker on every partition and the group offsets settled, all durable, then
-        Complete*, durable. A crash anywhere leaves Prepare* in the log, and the restart
-        finishes in the decided direction. Raises LogError when an append fails: the
-        transaction stays prepared, and a later call starts over."""
+        once the logs yielded are committed and the markers yielded written. Prepare*
+        committed, then a marker on every partition and the group offsets settled, all
+        committed, then Complete*, committed. A crash anywhere leaves Prepare* in the log, and
+        whoever loads the partition next finishes in the decided direction. Raises LogError when
+        an append fails: the transaction stays prepared, and a later call starts over."""
         metadata = self.transactions[transactional_id]
         assert metadata.state.is_prepared, metadata.state
         commit = metadata.state == TxnState.PREPARE_COMMIT
         yield (self.log,)
         failpoints.reach("txn.after-prepare")
+        failpoints.hold("txn.hold-after-prepare")  # a coordinator paused here, and its partition moved
 
         written: list[Awaited] = []
         for partition in sorted(metadata.partitions):
@@ -474,7 +490,9 @@ class TransactionCoordinator:
             if len(written) == 1 and failpoints.armed("txn.between-markers"):
                 yield (marked,)  # so the crash really comes between a durable marker and the rest
                 failpoints.reach("txn.between-markers")
-        written += self._partitions.complete_offsets(metadata.producer_id, commit, now_ms)
+        written += self._partitions.complete_offsets(
+            sorted(metadata.groups), metadata.producer_id, metadata.producer_epoch, commit, now_ms
+        )
         yield tuple(written)
         failpoints.reach("txn.before-complete")
 

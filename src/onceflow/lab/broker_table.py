@@ -10,16 +10,20 @@ The broker-side faults:
   started again only once the leader is gone.
 - `leader-crash`: the leader is SIGKILLed while it holds values the followers lack.
 - `unclean-election`: `unclean.leader.election.enable=true`, so a replica outside the ISR may lead.
+- `coordinator-crash`: the broker coordinating a transactional producer (the leader of its
+  partition of `__transaction_state`) is SIGKILLed while a transaction of it is open.
 
 The rows are data (`ROWS`): each names the fault scenario it goes through (`SCENARIOS`), and the
 rows of one scenario share one injection of it, a topic each. Adding a row is one more `Row` in
 `ROWS`, and a scenario in `SCENARIOS` when it needs a fault of its own.
 
 Predictions: "may lose" (acks=1, an unclean election), "never loses" (acks=all with
-min.insync.replicas=2, a clean election), "refuses" (acks=all while fewer than min.insync.replicas
-are in sync: NOT_ENOUGH_REPLICAS, never an acknowledgement). A row whose fault did not create its
-precondition (nothing written, or acknowledged, during the fault; for a "may lose" row, nothing
-lost) is "not tested", which fails the run as a disagreement does.
+min.insync.replicas=2, a clean election, the exactly-once row), "refuses" (acks=all while fewer
+than min.insync.replicas are in sync: NOT_ENOUGH_REPLICAS, never an acknowledgement). The
+exactly-once row also counts duplicates and reads of aborted values against its prediction. A row
+whose fault did not create its precondition (nothing written, or acknowledged, during the fault;
+for a "may lose" row, nothing lost; for the exactly-once row, nothing aborted) is "not tested",
+which fails the run as a disagreement does.
 
 Each row's history holds its sends, acks and refusals, the fault's steps (`fault` events with an
 `action`, see `FAULT_BANDS`) and the final read, so the report can draw it on a timeline.
@@ -42,8 +46,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from onceflow.cluster.zk import read_cluster
 from onceflow.cluster.zookeeper_server import ZooKeeperServer
 from onceflow.faults.broker_process import BrokerProcess, paused, wait_until
+from onceflow.internal_topics import TRANSACTION_LOG
 from onceflow.lab.checker import check
 from onceflow.lab.history import Event
 
@@ -52,7 +58,9 @@ FAULTS = {
     "follower-lag": ("lag", "followers stop (SIGSTOP), or die until out of the ISR"),
     "leader-crash": ("crash", "the leader SIGKILLed with values the followers lack"),
     "unclean-election": ("unclean", "a replica outside the ISR may lead"),
+    "coordinator-crash": ("coord", "the transaction coordinator's broker SIGKILLed with a transaction open"),
 }
+COORDINATOR = 2  # the exactly-once row's transactional id is coordinated by broker 2, not the leader
 BROKER_IDS = (1, 2, 3)
 LEADER = 1  # every topic's assignment is [1, 2, 3]: broker 1 leads it
 # Sessions of 4 s (the longest the lab's ZooKeeper, ticks of 200 ms, allows): a stopped follower
@@ -73,6 +81,7 @@ FAULT_BANDS = {
     "followers-stopped": ("followers stopped (SIGSTOP)", "followers-resumed"),
     "followers-killed": ("followers down (SIGKILL)", "followers-restarted"),
     "leader-killed": ("leader down (SIGKILL)", "leader-restarted"),
+    "coordinator-killed": ("coordinator down (SIGKILL)", "coordinator-restarted"),
 }
 # The clients' complaints about the brokers the faults kill: the table says what happened.
 QUIET = {"log_level": 0}
@@ -100,6 +109,10 @@ class Row:
     # min.insync.replicas=2 by values offered then (which it must not acknowledge and lose).
     needs_acknowledged_during_fault: bool = True
     offline_without_leader: bool = True  # the clean row's precondition, besides its writes
+    # The exactly-once row: duplicates and reads of aborted values break its prediction too;
+    # the values of the transactions its producer aborted, which no read may return.
+    exactly_once: bool = False
+    aborted_values: list[str] = field(default_factory=list)
 
     def untested_because(self) -> str | None:
         """Why the fault tested none of the row's prediction, if it did not (as far as the writes
@@ -122,9 +135,18 @@ class Row:
             # Losing nothing keeps a "may lose" promise, but shows nothing: the followers had
             # every acknowledged value when the leader died, so the fault missed its point.
             untested = "no acknowledged value was the leader's alone when it died"
+        read = {
+            value for event in self.history if event["type"] == "read" for _, _, value in event["records"]
+        }
+        aborted_read = sorted(read & set(self.aborted_values))
+        duplicated = sorted({value for anomaly in result.of_kind("duplicate") for value in anomaly.values})
+        if self.exactly_once and not untested and not self.aborted_values:
+            untested = "no transaction was aborted: reading aborted values was not tested"
         if untested:
             verdict = NOT_TESTED
-        elif self.prediction in (NEVER_LOSES, REFUSES) and lost:
+        elif (self.prediction in (NEVER_LOSES, REFUSES) and lost) or (
+            self.exactly_once and (duplicated or aborted_read)
+        ):
             verdict = DISAGREES
         elif self.prediction == REFUSES and (
             self.acknowledged_during_fault or self.refused_during_fault < self.sent_during_fault
@@ -146,6 +168,8 @@ class Row:
             "refused_during_fault": self.refused_during_fault,
             "lost": len(lost),
             "lost_values": lost,
+            "duplicated_values": duplicated,
+            "aborted_read_values": aborted_read,
             "verdict": verdict,
             "agrees": verdict == AGREES,
             "not_tested_because": untested,
@@ -155,6 +179,7 @@ class Row:
 
 
 LAG_THEN_CRASH, LEADER_ALONE_CRASHES = "lag-then-crash", "leader-alone-crashes"
+COORDINATOR_CRASH = "coordinator-crash"
 LAG_CRASH = ("follower-lag", "leader-crash")
 ROWS = (
     Row(
@@ -213,13 +238,27 @@ ROWS = (
         "all",
         {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"},
     ),
+    Row(
+        "exactly-once",
+        "exactly-once",
+        "transactions, acks=all, min.insync.replicas=2; __transaction_state with 3 replicas",
+        COORDINATOR_CRASH,
+        ("coordinator-crash",),
+        "the coordinator's partition fails over: its new leader has the open transaction",
+        NEVER_LOSES,
+        "all",
+        {"min.insync.replicas": "2"},
+        exactly_once=True,
+    ),
 )
 
 
 def rows_to_run(attempt: int = 1) -> list[Row]:
     """Fresh rows to measure; a later attempt writes to topics of its own."""
     suffix = f"-{attempt}" if attempt > 1 else ""
-    return [dataclasses.replace(row, topic=f"{row.topic}{suffix}", history=[]) for row in ROWS]
+    return [
+        dataclasses.replace(row, topic=f"{row.topic}{suffix}", history=[], aborted_values=[]) for row in ROWS
+    ]
 
 
 class Cluster:
@@ -480,6 +519,119 @@ def _leader_alone_crashes(cluster: Cluster, rows: list[Row]) -> None:
         _read_back(cluster, row)
 
 
+def _mark(rows: list[Row], action: str) -> None:
+    """A step of the fault, in every row's history."""
+    for row in rows:
+        row.history.append(_event("lab", "fault", action=action))
+
+
+def _coordinator_crash(cluster: Cluster, rows: list[Row]) -> None:
+    """A transactional producer commits values, aborts some, then has a transaction open (its
+    values in the log) when the broker coordinating it is SIGKILLed; it commits that transaction
+    through the new coordinator, and one more. Every committed value must be read once, no
+    aborted one ever."""
+    (row,) = rows
+    _create(cluster, rows)
+    transactional_id = _coordinated_by(cluster, COORDINATOR, row.topic)
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap, **QUIET, "transactional.id": transactional_id}
+    )
+    producer.init_transactions(WAIT_S)
+    _transaction(producer, row, [f"before-{index}" for index in range(BEFORE)], commit=True)
+    _transaction(producer, row, [f"aborted-{index}" for index in range(BEFORE)], commit=False)
+    producer.begin_transaction()
+    during = [f"during-{index}" for index in range(DURING)]
+    _send(producer, row, during)  # in the log: the transaction is open at the kill
+    row.sent_during_fault += len(during)
+    cluster.kill([COORDINATOR])
+    _mark(rows, "coordinator-killed")
+    if _finish(producer, row, during, commit=True):
+        row.acknowledged_during_fault += len(during)
+    _transaction(producer, row, ["after"], commit=True)
+    _read_committed(cluster, row)
+    cluster.restart([COORDINATOR])
+    _mark(rows, "coordinator-restarted")
+
+
+def _coordinated_by(cluster: Cluster, broker_id: int, prefix: str) -> str:
+    """A transactional id whose coordinator is `broker_id` (its first lookup creates
+    `__transaction_state`, once the three brokers are live)."""
+    Producer(
+        {"bootstrap.servers": cluster.bootstrap, **QUIET, "transactional.id": f"{prefix}-probe"}
+    ).init_transactions(WAIT_S)
+    view = read_cluster(cluster.zookeeper.connect_string, WAIT_S)
+    candidates = (f"{prefix}-{number}" for number in range(1000))
+    return next(tid for tid in candidates if view.coordinator(TRANSACTION_LOG, tid) == broker_id)
+
+
+def _send(producer: Producer, row: Row, values: list[str]) -> None:
+    for value in values:
+        row.history.append(_event("producer", "send", topic=row.topic, value=value))
+        producer.produce(row.topic, value.encode(), partition=0)
+    producer.flush(WAIT_S)
+
+
+def _transaction(producer: Producer, row: Row, values: list[str], commit: bool) -> None:
+    producer.begin_transaction()
+    _send(producer, row, values)
+    _finish(producer, row, values, commit)
+
+
+def _finish(producer: Producer, row: Row, values: list[str], commit: bool) -> bool:
+    """Commit (acks for every value once the broker confirms it) or abort the open transaction;
+    a commit refused with an abortable error aborts. Whether it committed."""
+    if commit:
+        try:
+            producer.commit_transaction(WAIT_S)
+        except KafkaException as error:
+            if not error.args[0].txn_requires_abort():
+                raise
+        else:
+            row.history += [
+                _event("producer", "ack", topic=row.topic, value=value, partition=0, offset=None)
+                for value in values
+            ]
+            return True
+    producer.abort_transaction(WAIT_S)
+    row.aborted_values += values
+    return False
+
+
+def _read_committed(cluster: Cluster, row: Row) -> None:
+    """Every committed record, read_committed, up to the last stable offset."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            **QUIET,
+            "group.id": f"broker-table-{row.topic}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    records: list[list[Any]] = []
+    try:
+        consumer.assign([TopicPartition(row.topic, 0, 0)])
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is None:
+                records.append([0, message.offset(), (message.value() or b"").decode()])
+            elif error.code() == KafkaError._PARTITION_EOF:
+                break
+        end = consumer.position([TopicPartition(row.topic, 0)])[0].offset
+    finally:
+        consumer.close()
+    row.history.append(
+        _event(
+            "reader", "read", topic=row.topic, isolation="read_committed", records=records, ends=[[0, end]]
+        )
+    )
+
+
 @dataclass(frozen=True)
 class Scenario:
     what: str  # as the progress line says it
@@ -489,13 +641,8 @@ class Scenario:
 SCENARIOS = {
     LAG_THEN_CRASH: Scenario("followers lag, the leader crashes", _lag_then_leader_crash),
     LEADER_ALONE_CRASHES: Scenario("the leader alone in the ISR crashes", _leader_alone_crashes),
+    COORDINATOR_CRASH: Scenario("a transaction's coordinator crashes", _coordinator_crash),
 }
-
-
-def _mark(rows: list[Row], action: str) -> None:
-    """A step of the fault, in every row's history."""
-    for row in rows:
-        row.history.append(_event("lab", "fault", action=action))
 
 
 def _create(cluster: Cluster, rows: list[Row]) -> None:

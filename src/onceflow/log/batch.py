@@ -272,6 +272,16 @@ def control_batch_is_commit(batch: bytes) -> bool:
     return control_type == 1
 
 
+def control_batch_coordinator_epoch(batch: bytes | bytearray | memoryview) -> int:
+    """The epoch of the transaction coordinator that wrote a COMMIT or ABORT marker (-1 when
+    the marker carries no readable one)."""
+    (record,) = decode_records(bytes(batch))
+    if record.value is None or len(record.value) < _CONTROL_VALUE.size:
+        return -1
+    coordinator_epoch: int = _CONTROL_VALUE.unpack_from(record.value)[1]
+    return coordinator_epoch
+
+
 def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
     """Every record of one batch, decompressed when needed."""
     return [record for record, _ in decode_records_with_bytes(batch)]

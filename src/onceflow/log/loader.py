@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from onceflow.log.batch import BatchHeader
+from onceflow.log.batch import BatchHeader, control_batch_coordinator_epoch
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogLoadError
 from onceflow.log.files import fsync_directory
@@ -28,7 +28,7 @@ from onceflow.log.segment import (
 )
 from onceflow.log.transaction_index import AbortedTransaction, aborted_entry
 
-__all__ = ["LoadedLog", "Shutdown", "load_log"]
+__all__ = ["LoadedLog", "Shutdown", "load_log", "marker_coordinator_epoch"]
 
 _log = logging.getLogger(__name__)
 
@@ -75,16 +75,30 @@ def load_log(
     aborted = [entry for segment in segments for entry in segment.txn_index.entries]
     for segment, header in _batches_from(segments, replay_from):
         # Replayed producers count as active now: their real idle time is unknown.
-        completed = producer_state.update(header, header.base_offset, now_ms)
-        if completed is None:
+        marker = _marker(segment, header)
+        coordinator_epoch = -1 if marker is None else control_batch_coordinator_epoch(marker)
+        completed = producer_state.update(header, header.base_offset, now_ms, coordinator_epoch)
+        if completed is None or marker is None:
             continue
-        marker = segment.read(header.base_offset, 1, header.base_offset + 1).records
         entry = aborted_entry(completed, marker, producer_state.first_unstable_offset())
         if entry is not None:
             segment.txn_index.append(entry)
             aborted.append(entry)
     producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
     return LoadedLog(segments, producer_state, aborted)
+
+
+def marker_coordinator_epoch(segment: LogSegment, header: BatchHeader) -> int:
+    """The coordinator epoch of a replayed marker, read from its segment; -1 for other batches."""
+    marker = _marker(segment, header)
+    return -1 if marker is None else control_batch_coordinator_epoch(marker)
+
+
+def _marker(segment: LogSegment, header: BatchHeader) -> bytes | None:
+    """A control batch's bytes, read from its segment; None for other batches."""
+    if not header.is_control:
+        return None
+    return bytes(segment.read(header.base_offset, 1, header.base_offset + 1).records)
 
 
 def _batches_from(segments: list[LogSegment], offset: int) -> Iterator[tuple[LogSegment, BatchHeader]]:

@@ -18,12 +18,12 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from onceflow.log.batch import STORED_PREFIX_SIZE, BatchHeader, stored_prefix
+from onceflow.log.batch import STORED_PREFIX_SIZE, BatchHeader, control_batch_coordinator_epoch, stored_prefix
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogAppendError, LogDirectoryFailure, LogLoadError, LogReadError
 from onceflow.log.files import fsync_directory, write_atomically
 from onceflow.log.leader_epochs import LeaderEpochCache, LeaderEpochCheckpoint
-from onceflow.log.loader import Shutdown, load_log
+from onceflow.log.loader import Shutdown, load_log, marker_coordinator_epoch
 from onceflow.log.producer_state import (
     ProducerStateManager,
     list_snapshots,
@@ -247,8 +247,12 @@ class PartitionLog:
             _storage_errors.error("%s; the batches written before it were taken back", message)
             raise LogAppendError(ErrorCode.kafka_storage_error, message) from exc
         self.log_end_offset = offset
+        position = 0
         for header, batch_offset in zip(headers, base_offsets, strict=True):
-            self.producer_state.update(header, batch_offset, now_ms)
+            batch = view[position : position + header.size]
+            coordinator_epoch = control_batch_coordinator_epoch(batch) if header.is_control else -1
+            self.producer_state.update(header, batch_offset, now_ms, coordinator_epoch)
+            position += header.size
         self._aborted += aborted
         return AppendResult(base_offset, last_offset)
 
@@ -301,7 +305,8 @@ class PartitionLog:
         first = max(bisect_right(self._segments, replay_from, key=_base_offset) - 1, 0)
         for segment in self._segments[first:]:
             for header in segment.batches_from(replay_from):
-                self.producer_state.update(header, header.base_offset, now_ms)
+                coordinator_epoch = marker_coordinator_epoch(segment, header)
+                self.producer_state.update(header, header.base_offset, now_ms, coordinator_epoch)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and start it empty at `offset` (above its end): a follower whose

@@ -99,6 +99,9 @@ class LogManager:
         self._making: set[str] = set()  # topics whose new partitions are being made on disk
         # Called (from any thread) when a log goes offline: its files and memory may disagree.
         self.on_failure: Callable[[str], None] = _log.critical
+        # Counts the changes to the topics (created, deleted, grown, reconfigured), so that a
+        # view of them is made again only when they changed.
+        self.changes = 0
         try:
             self.topics = _read_topics(data_dir / TOPICS_FILE)
             recovery_points = _read_checkpoint(data_dir / RECOVERY_CHECKPOINT_FILE)
@@ -365,6 +368,7 @@ class LogManager:
         }
         data = json.dumps(content, indent=2, sort_keys=True).encode()
         write_atomically(self.data_dir / TOPICS_FILE, data)
+        self.changes += 1
 
     def _set_aside_unknown_dirs(self) -> None:
         """Finish interrupted deletions; keep, but rename, partition directories of topics

@@ -42,9 +42,11 @@ _SNAPSHOT_NAME = re.compile(r"(\d{20})\.snapshot")
 # magic, format version, producer count
 _SNAPSHOT_HEADER = struct.Struct(">4sHI")
 _SNAPSHOT_MAGIC = b"OFPS"
-_SNAPSHOT_VERSION = 2
-# producer id, epoch, last timestamp, first offset of the open transaction (-1: none), batch count
-_SNAPSHOT_PRODUCER = struct.Struct(">qhqqB")
+_SNAPSHOT_VERSION = 3
+# producer id, epoch, last timestamp, first offset of the open transaction (-1: none), the last
+# marker's coordinator epoch (-1: none), batch count; version 2 had no coordinator epoch
+_SNAPSHOT_PRODUCER = struct.Struct(">qhqqiB")
+_SNAPSHOT_PRODUCER_V2 = struct.Struct(">qhqqB")
 # first sequence, last sequence, first offset, last offset, timestamp
 _SNAPSHOT_BATCH = struct.Struct(">iiqqq")
 _SNAPSHOT_CRC = struct.Struct(">I")
@@ -66,6 +68,9 @@ class ProducerStateEntry:
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=RETAINED_BATCHES))
     last_timestamp: int = -1  # broker time of the last append, for expiry
     current_txn_first_offset: int = -1  # first offset of its open transaction here, -1 when none
+    # The epoch of the transaction coordinator whose marker last ended one of its transactions
+    # here: a marker from an older coordinator (deposed, and late) is refused.
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -190,9 +195,24 @@ class ProducerStateManager:
             )
         return None
 
-    def update(self, header: BatchHeader, base_offset: int, now_ms: int) -> CompletedTransaction | None:
+    def check_coordinator_epoch(self, producer_id: int, coordinator_epoch: int) -> None:
+        """Raise TRANSACTION_COORDINATOR_FENCED for a marker from an older transaction
+        coordinator than the one whose marker this producer last had here (Kafka's
+        `checkCoordinatorEpoch`): it lost its partition of `__transaction_state`, and its
+        marker could end a later transaction of the producer."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise ProducerStateError(
+                ErrorCode.transaction_coordinator_fenced,
+                f"a marker for producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}",
+            )
+
+    def update(
+        self, header: BatchHeader, base_offset: int, now_ms: int, coordinator_epoch: int = -1
+    ) -> CompletedTransaction | None:
         """Record a batch that was just appended (or replayed) at `base_offset`; a marker
-        returns the transaction it ended."""
+        (with the epoch of the coordinator that wrote it) returns the transaction it ended."""
         if not header.has_producer_id:
             return None
         entry = self._producers.get(header.producer_id)
@@ -200,11 +220,15 @@ class ProducerStateManager:
             # A new epoch starts a new sequence space: older batches can no longer match.
             open_txn = entry.current_txn_first_offset if entry is not None else -1
             entry = ProducerStateEntry(
-                header.producer_id, header.producer_epoch, current_txn_first_offset=open_txn
+                header.producer_id,
+                header.producer_epoch,
+                current_txn_first_offset=open_txn,
+                coordinator_epoch=entry.coordinator_epoch if entry is not None else -1,
             )
             self._producers[header.producer_id] = entry
         entry.last_timestamp = now_ms
         if header.is_control:
+            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
             first_offset = self._end_transaction(entry)
             return (
                 CompletedTransaction(header.producer_id, first_offset, base_offset)
@@ -272,6 +296,7 @@ class ProducerStateManager:
                     entry.epoch,
                     entry.last_timestamp,
                     entry.current_txn_first_offset,
+                    entry.coordinator_epoch,
                     len(entry.batches),
                 )
             )
@@ -336,18 +361,27 @@ def _decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
     if crc32c(body) != crc:
         raise ValueError("CRC mismatch")
     magic, version, count = _SNAPSHOT_HEADER.unpack_from(body)
-    if magic != _SNAPSHOT_MAGIC or version != _SNAPSHOT_VERSION:
+    if magic != _SNAPSHOT_MAGIC or version not in (2, _SNAPSHOT_VERSION):
         raise ValueError(f"unknown format {magic!r} version {version}")
     producers: dict[int, ProducerStateEntry] = {}
     pos = _SNAPSHOT_HEADER.size
     try:
         for _ in range(count):
-            producer_id, epoch, last_timestamp, txn_first_offset, batch_count = (
-                _SNAPSHOT_PRODUCER.unpack_from(body, pos)
-            )
-            pos += _SNAPSHOT_PRODUCER.size
+            coordinator_epoch = -1
+            if version == 2:
+                fields = _SNAPSHOT_PRODUCER_V2.unpack_from(body, pos)
+                pos += _SNAPSHOT_PRODUCER_V2.size
+                producer_id, epoch, last_timestamp, txn_first_offset, batch_count = fields
+            else:
+                fields = _SNAPSHOT_PRODUCER.unpack_from(body, pos)
+                pos += _SNAPSHOT_PRODUCER.size
+                producer_id, epoch, last_timestamp, txn_first_offset, coordinator_epoch, batch_count = fields
             entry = ProducerStateEntry(
-                producer_id, epoch, last_timestamp=last_timestamp, current_txn_first_offset=txn_first_offset
+                producer_id,
+                epoch,
+                last_timestamp=last_timestamp,
+                current_txn_first_offset=txn_first_offset,
+                coordinator_epoch=coordinator_epoch,
             )
             for _ in range(batch_count):
                 entry.batches.append(BatchMetadata(*_SNAPSHOT_BATCH.unpack_from(body, pos)))

@@ -1,0 +1,119 @@
+"""A broker's coordinators, one per internal partition it leads: loaded on election (in steps,
+COORDINATOR_LOAD_IN_PROGRESS meanwhile), dropped on resignation (NOT_COORDINATOR), on the real
+coordinators over logs in memory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+from kio.schema.errors import ErrorCode
+
+from onceflow.broker.coordinator_shards import CoordinatorShards, Shard
+from onceflow.coordinator.group import GroupCoordinator
+from onceflow.coordinator.group_metadata import OffsetAndMetadata, Protocol, TopicPartition
+from onceflow.coordinator.group_requests import GroupConfig, JoinRequest
+from onceflow.coordinator.runtime import REPLAY_STEP_RECORDS
+from onceflow.internal_topics import partition_for
+from tests.memory_coordinator_log import MemoryLog
+
+PARTITIONS = 3
+TP = TopicPartition("t", 0)
+
+
+class Harness:
+    """Group coordinators over one log in memory per partition, as a broker builds them."""
+
+    def __init__(self) -> None:
+        self.logs = {index: MemoryLog() for index in range(PARTITIONS)}
+        self.loaded: list[int] = []
+        self.resigned: list[int] = []
+        self.shards: CoordinatorShards[GroupCoordinator] = CoordinatorShards(
+            "__consumer_offsets", self.build, self.on_loaded, self.on_resigned
+        )
+        self.shards.partition_count = PARTITIONS
+
+    def build(self, index: int, epoch: int) -> tuple[GroupCoordinator, Iterator[None]]:
+        coordinator = GroupCoordinator(self.logs[index], lambda _: True, GroupConfig(), 0, replay=False)
+        return coordinator, coordinator.load(0)
+
+    def on_loaded(self, shard: Shard[GroupCoordinator]) -> None:
+        self.loaded.append(shard.partition)
+
+    def on_resigned(self, shard: Shard[GroupCoordinator]) -> None:
+        shard.coordinator.unload()
+        self.resigned.append(shard.partition)
+
+
+def group_on(index: int) -> str:
+    """A group id that lands on partition `index`."""
+    return next(f"g{n}" for n in range(1000) if partition_for(f"g{n}", PARTITIONS) == index)
+
+
+def commit(shard: Shard[GroupCoordinator] | ErrorCode, group: str, offset: int) -> None:
+    assert not isinstance(shard, ErrorCode), shard
+    assert shard.coordinator.commit_offsets(group, -1, "", None, {TP: OffsetAndMetadata(offset)}, 0) == {
+        TP: ErrorCode.none
+    }
+
+
+def test_a_short_partition_loads_at_once_and_a_long_one_in_steps() -> None:
+    async def scenario() -> None:
+        harness = Harness()
+        group = group_on(1)
+        # The partition's last leader wrote more than one step of records.
+        writer = Harness()
+        writer.shards.elect(1, 0)
+        for offset in range(REPLAY_STEP_RECORDS + 5):
+            commit(writer.shards.for_key(group), group, offset)
+        harness.logs[1] = writer.logs[1]
+
+        harness.shards.elect(0, 3)
+        assert harness.loaded == [0]  # nothing to replay
+        harness.shards.elect(1, 4)
+        assert harness.shards.for_key(group) == ErrorCode.coordinator_load_in_progress
+        assert harness.shards.loading
+        while harness.shards.loading:
+            await asyncio.sleep(0)
+        shard = harness.shards.for_key(group)
+        assert not isinstance(shard, ErrorCode) and shard.epoch == 4
+        assert shard.coordinator.fetch_offsets(group, [TP], True)[0].offset == OffsetAndMetadata(
+            REPLAY_STEP_RECORDS + 4
+        )
+        assert harness.shards.for_key(group_on(2)) == ErrorCode.not_coordinator  # not led here
+
+    asyncio.run(scenario())
+
+
+def test_a_resigned_partition_answers_not_coordinator_also_to_what_waited() -> None:
+    async def scenario() -> None:
+        harness = Harness()
+        harness.shards.elect(0, 1)
+        shard = harness.shards.for_key(group_on(0))
+        assert not isinstance(shard, ErrorCode)
+        answers: list[ErrorCode] = []
+        protocols = (Protocol("range", b""),)
+        join = JoinRequest(group_on(0), "", None, "client", "", 10_000, 10_000, "consumer", protocols, False)
+        shard.coordinator.join_group(join, 0, lambda result: answers.append(result.error))
+        assert answers == []  # waits out the initial rebalance delay
+        harness.shards.resign(0)
+        assert answers == [ErrorCode.not_coordinator]
+        assert harness.resigned == [0]
+        assert harness.shards.for_key(group_on(0)) == ErrorCode.not_coordinator
+        assert not harness.shards.current(shard)
+        # Elected again (a new leadership, a new epoch): a fresh load of the same log.
+        harness.shards.elect(0, 7)
+        again = harness.shards.for_key(group_on(0))
+        assert not isinstance(again, ErrorCode) and again is not shard and again.epoch == 7
+
+    asyncio.run(scenario())
+
+
+def test_a_new_epoch_of_the_same_leader_keeps_the_shard_and_its_coordinator_epoch() -> None:
+    async def scenario() -> None:
+        harness = Harness()
+        first = harness.shards.elect(2, 5)
+        assert harness.shards.elect(2, 6) is first and first.epoch == 5
+        assert harness.shards.leads_at(2, 5) and not harness.shards.leads_at(2, 6)
+
+    asyncio.run(scenario())
