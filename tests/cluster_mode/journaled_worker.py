@@ -18,6 +18,8 @@ import time
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
+from tests.support import records_or_exit
+
 ABORT_EVERY = 5
 PROCESSING_S = 0.02
 
@@ -48,7 +50,7 @@ def main(bootstrap: str, group: str, transactional_id: str, journal_path: str) -
     with open(journal_path, "a", buffering=1) as journal:
         count = 0
         while True:
-            messages = [message for message in consumer.consume(200, timeout=0.2) if message.error() is None]
+            messages = records_or_exit(consumer.consume(200, timeout=0.2))
             if not messages:
                 continue
             count += 1

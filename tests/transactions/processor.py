@@ -13,6 +13,8 @@ import time
 
 from confluent_kafka import Consumer, Producer
 
+from tests.support import records_or_exit
+
 PROCESSING_S = 0.05
 # at-least-once: the time between making the output visible and committing the offsets, the
 # window in which a crash duplicates. Wide enough that random kills hit it reliably.
@@ -49,7 +51,7 @@ def main(
     consumer.subscribe(["input"])
     print("ready", flush=True)
     while True:
-        messages = [message for message in consumer.consume(200, timeout=0.2) if message.error() is None]
+        messages = records_or_exit(consumer.consume(200, timeout=0.2))
         if not messages:
             continue
         producer.begin_transaction()
