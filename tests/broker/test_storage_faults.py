@@ -209,7 +209,7 @@ def test_a_broker_out_of_file_descriptors_while_a_transaction_aborts_shows_no_re
     # Descriptors run out the way they do for a broker with too many segments: every roll of a
     # topic with tiny segments takes three more, until one cannot be had.
     with ExitStack() as stack:
-        broker = _Broker(tmp_path / "data", tmp_path / "broker.log", nofile=256).start()
+        broker = _Broker(tmp_path / "data", tmp_path / "broker.log", nofile=1024).start()
         stack.callback(broker.kill)
         admin = stack.enter_context(WireClient(broker.address))  # connected before they run out
         admin.create_topic(TOPIC, 1)

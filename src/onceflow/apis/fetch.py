@@ -44,7 +44,11 @@ def handle(request: Request) -> Any:
     # that name topics (onceflow's followers fetch at v12), declined for everyone else.
     session_id, epoch = getattr(body, "session_id", 0), getattr(body, "session_epoch", -1)
     session = None
-    kept = follower and request.api_version < FIRST_VERSION_WITH_TOPIC_IDS
+    kept = (
+        follower
+        and replica_id in request.broker.metadata.brokers
+        and request.api_version < FIRST_VERSION_WITH_TOPIC_IDS
+    )
     if kept and session_id != 0 and epoch in (0, -1):
         # KIP-227: epoch -1 (FINAL) closes the session and fetches without one; 0 replaces it.
         request.broker.fetch_sessions.close(replica_id, session_id)
@@ -103,8 +107,9 @@ def _enough(request: Request, responses: list[dict[str, Any]], size: int) -> boo
 
 
 def _is_follower(broker: Broker, replica_id: int) -> bool:
-    """Whether the fetch comes from another broker of the cluster: a follower."""
-    return replica_id >= 0 and replica_id != broker.node_id and replica_id in broker.metadata.brokers
+    """Whether the fetch says it comes from another broker: a follower, which is refused
+    (NOT_LEADER_OR_FOLLOWER) for a partition it holds no replica of, as Kafka's leaders do."""
+    return replica_id >= 0 and replica_id != broker.node_id
 
 
 def _replica_id(body: Any) -> int:

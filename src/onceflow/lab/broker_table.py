@@ -46,7 +46,6 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from onceflow.cluster.zk import read_cluster
 from onceflow.cluster.zookeeper_server import ZooKeeperServer
 from onceflow.faults.broker_process import BrokerProcess, paused, wait_until
 from onceflow.internal_topics import TRANSACTION_LOG
@@ -559,6 +558,8 @@ def _coordinated_by(cluster: Cluster, broker_id: int, prefix: str) -> str:
     Producer(
         {"bootstrap.servers": cluster.bootstrap, **QUIET, "transactional.id": f"{prefix}-probe"}
     ).init_transactions(WAIT_S)
+    from onceflow.cluster.zk import read_cluster  # kazoo: the cluster extra, which the demo lacks
+
     view = read_cluster(cluster.zookeeper.connect_string, WAIT_S)
     candidates = (f"{prefix}-{number}" for number in range(1000))
     return next(tid for tid in candidates if view.coordinator(TRANSACTION_LOG, tid) == broker_id)
