@@ -129,9 +129,7 @@ class Connection:
         self._make_room()
         return events
 
-    def receive_data(
-        self, data: bytes | bytearray | memoryview
-    ) -> list[Event]:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[Event]:
         """The requests that `data`, the next bytes of the stream, completed."""
         events: list[Event] = []
         with memoryview(data) as source:
@@ -195,9 +193,7 @@ class Connection:
         self._release()
         self.waiting_for_memory = 0
 
-    def _decode_frames(
-        self, view: memoryview, events: list[Event]
-    ) -> int:
+    def _decode_frames(self, view: memoryview, events: list[Event]) -> int:
         """Decode every whole frame in `view`; returns where the unfinished rest starts."""
         position = 0
         while len(view) - position >= 4:
