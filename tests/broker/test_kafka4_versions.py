@@ -112,6 +112,21 @@ def _list_offset(wire: WireClient, version: int, timestamp: int) -> Any:
     return response.topics[0].partitions[0]
 
 
+def test_list_offsets_v1_has_no_isolation_level_and_reads_uncommitted(broker: EmbeddedBroker) -> None:
+    # aiokafka sends v1; the fuzzer found it raising inside the broker once v1 was served.
+    with WireClient(broker.bootstrap_servers) as wire:
+        wire.create_topic(TOPIC, 1)
+        assert produce(wire, TOPIC, 0, make_batch([b"a", b"b"])).error_code == ErrorCode.none
+        response = wire.request(
+            2,
+            1,
+            replica_id=-1,
+            topics=[{"name": TOPIC, "partitions": [{"partition_index": 0, "timestamp": -1}]}],
+        )
+        latest = response.topics[0].partitions[0]
+        assert (latest.error_code, latest.offset) == (ErrorCode.none, 2)
+
+
 def test_list_offsets_tiered_storage_timestamps_without_tiered_storage(broker: EmbeddedBroker) -> None:
     with WireClient(broker.bootstrap_servers) as wire:
         wire.create_topic(TOPIC, 1)

@@ -153,6 +153,22 @@ def test_create_partitions_only_grows(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_partitions_made_while_their_topic_is_deleted_are_not_added(
+    tmp_path: Path, manager: LogManager
+) -> None:
+    # Found by the fuzzer: a DeleteTopics between the making and the adding of new partitions
+    # left the topic without its first partitions' logs, and the next request on it raised.
+    manager.create_topic("t", 2, {})
+    plan = manager.plan_partitions("t", 4)
+    manager.make(plan)
+    manager.delete_topic("t")
+    with pytest.raises(UnknownTopicError):
+        manager.add(plan)
+    assert "t" not in manager.topics and not (tmp_path / "t-3").exists()
+    manager.create_topic("t", 1, {})  # the name is free again
+    assert manager.get("t", 0) is not None and manager.get("t", 1) is None
+
+
 def test_a_data_dir_serves_one_broker_at_a_time(tmp_path: Path, manager: LogManager) -> None:
     with pytest.raises(DataDirLockedError, match="already in use"):
         LogManager(tmp_path, BROKER, now_ms=0)

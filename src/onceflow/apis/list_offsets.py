@@ -40,7 +40,8 @@ _NO_EPOCH = -1
 
 def handle(request: Request) -> Any:
     logs = request.broker.logs
-    read_committed = request.body.isolation_level == READ_COMMITTED
+    # v0 and v1 have no isolation level: they read uncommitted.
+    read_committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
     topics = []
     searches: list[tuple[dict[str, Any], PartitionLog, int, int]] = []  # by time, off the loop
     for topic in request.body.topics:

@@ -54,8 +54,13 @@ class BrokerRegistration:
     port: int
     endpoints: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # A broker with one plaintext listener names it, as Kafka's registrations always do.
+        if not self.endpoints:
+            object.__setattr__(self, "endpoints", {"PLAINTEXT": (self.host, self.port)})
+
     def encode(self) -> bytes:
-        endpoints = self.endpoints or {"PLAINTEXT": (self.host, self.port)}
+        endpoints = self.endpoints
         return _dump(
             {
                 "version": 4,

@@ -266,6 +266,10 @@ class LogManager:
     def add(self, plan: NewPartitions) -> TopicInfo:
         """The partitions made, now part of the broker; topics.json is the commit point."""
         before = self.topics.get(plan.info.name)
+        if plan.partitions.start > 0 and (before is None or before.topic_id != plan.info.topic_id):
+            # The topic was deleted while its new partitions were being made.
+            self.drop(plan)
+            raise UnknownTopicError(f"unknown topic '{plan.info.name}'")
         self.topics[plan.info.name] = plan.info
         try:
             self._write_topics()
