@@ -214,7 +214,7 @@ def test_the_batched_form_adds_or_only_verifies_each_transaction(client: WireCli
     assert _batched_add(client, version, txn(a, first, True)) == {a: ErrorCode.none}
     # The partition really joined a's transaction: its transactional batch is taken.
     batch = _txn_batch(first.producer_id, first.producer_epoch, 0, b"in a")
-    assert produce(client, TOPIC, 0, batch).error_code == ErrorCode.none
+    assert produce(client, TOPIC, 0, batch, transactional_id=a).error_code == ErrorCode.none
     ended = client.request(
         26,
         5,
