@@ -408,6 +408,9 @@ def test_acks_all_over_sasl_ssl_survives_the_leaders_failover(cluster: SecureClu
     _produce(cluster, topic, first)
     leader = cluster.admin().list_topics(topic, timeout=10).topics[topic].partitions[0].leader
     assert leader == 2  # precondition: the broker killed leads
+    # Read once while all three are live: the offsets topic (replication factor 3) exists, and
+    # its partitions led by broker 2 fail over with the data's.
+    assert sorted(_consume(cluster, topic, 50)) == sorted(first)
     cluster.brokers[2].kill()
     wait_until(
         lambda: cluster.admin().list_topics(topic, timeout=10).topics[topic].partitions[0].leader in (1, 3),

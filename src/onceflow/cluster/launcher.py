@@ -112,6 +112,13 @@ def broker_command(
         f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
         "--set",
         f"default.replication.factor={min(3, brokers)}",
+        # The internal topics too, or a cluster of fewer than 3 brokers never has coordinators.
+        "--set",
+        f"offsets.topic.replication.factor={min(3, brokers)}",
+        "--set",
+        f"transaction.state.log.replication.factor={min(3, brokers)}",
+        "--set",
+        f"transaction.state.log.min.isr={min(2, brokers)}",
         *(["--metrics", metrics] if metrics else []),
         *(argument for setting in options.settings for argument in ("--set", setting)),
     ]
