@@ -135,7 +135,7 @@ def test_no_acknowledged_record_lost_and_no_aborted_record_read_while_disk_and_d
 ) -> None:
     history, stop, counts = _History(), threading.Event(), defaultdict(int)
     with _tmpfs(tmp_path / "disk", "40m") as disk, ExitStack() as stack:
-        broker = _Broker(disk / "data", tmp_path / "broker.log", nofile=400).start()
+        broker = _Broker(disk / "data", tmp_path / "broker.log", nofile=1024).start()
         stack.callback(broker.kill)
         admin = stack.enter_context(WireClient(broker.address, timeout_s=60))
         assert _create_topic(admin, PLAIN, {}) == 0 and _create_topic(admin, TXN, {}) == 0
@@ -144,8 +144,12 @@ def test_no_acknowledged_record_lost_and_no_aborted_record_read_while_disk_and_d
             for work in (_plain_producer, _transactions, _reader)
         ]
         faults = threading.Thread(target=_faults, args=(disk, admin, stop, counts), daemon=True)
-        for thread in [*threads, faults]:
+        for thread in threads:
             thread.start()
+        # The first transaction creates __transaction_state (50 partitions, 150 descriptors):
+        # before the faults, as a broker's internal topics exist long before its disk fills.
+        wait_until(lambda: _values(history, "committed"), 60)
+        faults.start()
         deadline = time.monotonic() + SECONDS
         while time.monotonic() < deadline and faults.is_alive():
             stop.wait(0.5)

@@ -185,12 +185,29 @@ def test_brokers_that_do_not_coordinate_answer_not_coordinator(
     error_of: Callable[[Any], Any],
 ) -> None:
     key_type = 1 if api_key in (22, 24, 25, 26) else 0  # the transactional id "x", else the group "g"
-    wait_until(lambda: coordinator_of(shared_cluster, "x" if key_type else "g", key_type) in BROKER_IDS)
-    coordinator = coordinator_of(shared_cluster, "x" if key_type else "g", key_type)
+    key = "x" if key_type else "g"
+    coordinator_of(shared_cluster, key, key_type)  # creates the internal topic
+    # Until every broker has applied the new topic's leaders, one may still answer NOT_COORDINATOR
+    # for a partition it leads in ZooKeeper (a loaded machine takes seconds for 50 partitions).
+    wait_until(
+        lambda: len(seen := _named_by_each(shared_cluster, key, key_type)) == 1 and seen <= set(BROKER_IDS),
+        60,
+    )
+    coordinator = coordinator_of(shared_cluster, key, key_type)
     for broker_id in BROKER_IDS:
         with WireClient(shared_cluster.brokers[broker_id].bootstrap_servers) as client:
             error = error_of(client.request(api_key, version, **fields))
         assert (broker_id, error == NC) == (broker_id, broker_id != coordinator), (name, error)
+
+
+def _named_by_each(cluster: Cluster, key: str, key_type: int) -> set[int]:
+    """The coordinators of `key` that the brokers name, each from its own view."""
+    named = set()
+    for broker in cluster.brokers.values():
+        with WireClient(broker.bootstrap_servers) as client:
+            found = client.request(10, 4, key_type=key_type, coordinator_keys=[key])
+        named.add(int(found.coordinators[0].node_id))
+    return named
 
 
 class Member:

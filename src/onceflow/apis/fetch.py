@@ -107,9 +107,10 @@ def _enough(request: Request, responses: list[dict[str, Any]], size: int) -> boo
 
 
 def _is_follower(broker: Broker, replica_id: int) -> bool:
-    """Whether the fetch says it comes from another broker: a follower, which is refused
-    (NOT_LEADER_OR_FOLLOWER) for a partition it holds no replica of, as Kafka's leaders do."""
-    return replica_id >= 0 and replica_id != broker.node_id
+    """Whether the fetch says it comes from another broker of a cluster: a follower, which is
+    refused (NOT_LEADER_OR_FOLLOWER) for a partition it holds no replica of, as Kafka's leaders
+    do. A single broker has no followers: it reads for a replica id as for a consumer."""
+    return replica_id >= 0 and replica_id != broker.node_id and broker.cluster is not None
 
 
 def _replica_id(body: Any) -> int:

@@ -307,8 +307,9 @@ class Broker:
         if self.cluster is None:
             try:
                 self.logs.create_topic(topic, partitions, configs)
-            except LogError:
-                log.exception("cannot create %s", topic)
+            except LogError as error:
+                # Asked again at the next FindCoordinator; a full disk is no internal error.
+                log.warning("cannot create %s: %s", topic, error)
                 return
             self._take_roles(self.metadata)
             return

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from onceflow.cluster.errors import ClusterError
 from onceflow.cluster.security_znodes import (
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 # How long a write waits for this broker to read it back before answering (it is durable
 # already; the read only makes the writing broker apply it at once).
 READ_BACK_TIMEOUT_S = 10.0
+# A connection lost during the first read (a loaded machine misses a heartbeat) is retried while
+# kazoo reconnects, for as long as the session could outlive it, not fatal to the start.
+FIRST_READ_DEADLINE_S = 30.0
 _Pattern = tuple[PatternType, ResourceType, str]
 T = TypeVar("T")
 
@@ -78,7 +82,8 @@ class ZooKeeperSecurity:
         then follow them."""
         self._loop = asyncio.get_running_loop()
         try:
-            acls, credentials = await asyncio.to_thread(self._first_read)
+            retry = KazooRetry(max_tries=-1, max_delay=1.0, deadline=FIRST_READ_DEADLINE_S)
+            acls, credentials = await asyncio.to_thread(retry, self._first_read)
         except (KazooException, KazooTimeoutError) as error:
             raise ClusterError(f"reading the ACLs and SCRAM credentials failed: {reason(error)}") from error
         self._apply(acls, credentials)
