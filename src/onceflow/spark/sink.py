@@ -30,6 +30,7 @@ from onceflow.spark.producing import (
 )
 from onceflow.spark.slot_keeper import write_through_keeper
 from onceflow.spark.task_input import whole_input
+from onceflow.spark.task_times import StageClock, batch_id, timed
 
 
 @dataclass
@@ -48,14 +49,17 @@ def task_context() -> TaskContext:
 
 
 def write_exactly_once(
-    settings: SinkSettings, prefix: str, batch_id: int, batches: Iterator[pa.RecordBatch]
+    settings: SinkSettings, prefix: str, batch: int, batches: Iterator[pa.RecordBatch]
 ) -> TaskReport:
     context = task_context()
     partition = context.partitionId()
     # The parent of a Python worker forks all of its executor's workers (or is the executor).
     owner = os.getppid()
+    clock = StageClock("write, exactly-once")
     # A task killed midway must not commit the rows it got so far.
-    count, skipped = write_through_keeper(owner, settings, prefix, partition, batch_id, whole_input(batches))
+    rows = timed(whole_input(batches), clock, "waiting for rows")
+    count, skipped = write_through_keeper(owner, settings, prefix, partition, batch, rows, clock)
+    clock.report(batch=batch, records=count, skipped=skipped)
     return TaskReport(partition, context.attemptNumber(), count, skipped)
 
 
@@ -81,9 +85,12 @@ def write_at_least_once(settings: SinkSettings, batches: Iterator[pa.RecordBatch
         )
     else:
         producer, delivery = idle
+    clock = StageClock("write, at-least-once")
     try:
-        count = produce_batches(producer, batches, settings.topic, lambda: None)
-        remaining = producer.flush(CLIENT_TIMEOUT_S)
+        rows = timed(batches, clock, "waiting for rows")
+        count = produce_batches(producer, rows, settings.topic, lambda: None, clock)
+        with clock.stage("flush"):
+            remaining = producer.flush(CLIENT_TIMEOUT_S)
         delivery.raise_first()
         if remaining:
             raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not delivered"))
@@ -91,6 +98,7 @@ def write_at_least_once(settings: SinkSettings, batches: Iterator[pa.RecordBatch
         producer.purge()  # the retried task writes these rows again
         raise
     _idle_producers[key] = (producer, delivery)
+    clock.report(batch=batch_id(), records=count)
     return TaskReport(context.partitionId(), context.attemptNumber(), count, False)
 
 

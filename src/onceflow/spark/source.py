@@ -33,6 +33,7 @@ from onceflow.spark.options import (
     positive_int,
     sorted_offsets,
 )
+from onceflow.spark.task_times import StageClock, batch_id
 
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -181,8 +182,14 @@ def read_task(
     config: Mapping[str, Any], task: InputPartition, stall_timeout_s: float
 ) -> Iterator[pa.RecordBatch]:
     """The records of a planned task: one range, or a ReadTask's ranges in turn."""
+    clock = StageClock("read")
+    records = 0
     for offsets in task.ranges if isinstance(task, ReadTask) else (task,):
-        yield from read_range(config, offsets, stall_timeout_s)
+        for batch in read_range(config, offsets, stall_timeout_s, clock):
+            records += batch.num_rows
+            with clock.stage("handed over"):  # Spark takes the batch: to the JVM's Arrow reader
+                yield batch
+    clock.report(batch=batch_id(), records=records)
 
 
 def limit_offsets(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
@@ -244,7 +251,10 @@ def checkout_consumer(config: Mapping[str, Any]) -> tuple[str, Consumer]:
 
 
 def read_range(
-    config: Mapping[str, Any], offsets: InputPartition, stall_timeout_s: float
+    config: Mapping[str, Any],
+    offsets: InputPartition,
+    stall_timeout_s: float,
+    clock: StageClock | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the committed records of `offsets` as Arrow batches.
 
@@ -254,11 +264,11 @@ def read_range(
     if not isinstance(offsets, OffsetRange):
         return  # Spark plans one empty partition when there is nothing to read
     with collector_paused():
-        yield from _read_assigned(config, offsets, stall_timeout_s)
+        yield from _read_assigned(config, offsets, stall_timeout_s, clock or StageClock("read"))
 
 
 def _read_assigned(
-    config: Mapping[str, Any], offsets: OffsetRange, stall_timeout_s: float
+    config: Mapping[str, Any], offsets: OffsetRange, stall_timeout_s: float, clock: StageClock
 ) -> Iterator[pa.RecordBatch]:
     key, consumer = checkout_consumer(config)
     consumer.assign([TopicPartition(offsets.topic, offsets.partition, offsets.start)])
@@ -270,7 +280,8 @@ def _read_assigned(
             # consume() returns early only once it has as many messages as asked for, else at its
             # timeout: ask for no more than the range can still hold, and wait briefly.
             wanted = min(ROWS_PER_ARROW_BATCH, max(offsets.end - position, 1))
-            messages = consumer.consume(num_messages=wanted, timeout=CONSUME_WAIT_S)
+            with clock.stage("fetch"):
+                messages = consumer.consume(num_messages=wanted, timeout=CONSUME_WAIT_S)
             records, done = records_before(messages, offsets.end)
             if records:
                 pending += records
@@ -284,8 +295,10 @@ def _read_assigned(
                     f"[{offsets.start}, {offsets.end}) for {stall_timeout_s:.0f} s"
                 )
             if len(pending) >= ROWS_PER_ARROW_BATCH or (done and pending):
-                yield to_arrow(pending, offsets.topic, offsets.partition)
+                with clock.stage("arrow"):
+                    batch = to_arrow(pending, offsets.topic, offsets.partition)
                 pending = []
+                yield batch
             if done:
                 break
     except BaseException:
