@@ -196,15 +196,19 @@ def _check_logs(data_dir: Path, as_json: bool) -> int:
         corrupt = finding.corrupt
         end_offset = "the end" if corrupt.end_offset is None else str(corrupt.end_offset)
         if as_json:
-            print(json.dumps({
-                "topic": finding.topic,
-                "partition": finding.partition,
-                "segment": finding.segment,
-                "position": corrupt.position,
-                "end_position": corrupt.end_position,
-                "first_offset": corrupt.first_offset,
-                "end_offset": corrupt.end_offset,
-            }))
+            print(
+                json.dumps(
+                    {
+                        "topic": finding.topic,
+                        "partition": finding.partition,
+                        "segment": finding.segment,
+                        "position": corrupt.position,
+                        "end_position": corrupt.end_position,
+                        "first_offset": corrupt.first_offset,
+                        "end_offset": corrupt.end_offset,
+                    }
+                )
+            )
         else:
             print(
                 f"{finding.topic}-{finding.partition} {finding.segment}: bytes {corrupt.position}-"

@@ -20,6 +20,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from onceflow import failpoints
+from onceflow.spark.collector import freeze_between_tasks
 from onceflow.spark.producing import (
     AT_LEAST_ONCE,
     CLIENT_TIMEOUT_S,
@@ -110,6 +111,7 @@ class OnceflowStreamWriter(DataSourceStreamArrowWriter):
         self.settings.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        freeze_between_tasks()
         if self.settings.guarantee == AT_LEAST_ONCE:
             return write_at_least_once(self.settings, iterator)
         context = task_context()
@@ -121,6 +123,7 @@ class OnceflowStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing left to do: each task committed its own transaction. Safe to call twice."""
+        freeze_between_tasks()  # a driver-side Python worker, collected after each call
         # The worst moment for the driver to die: all output written, the batch not yet in
         # the checkpoint's commit log, so a restart runs it again.
         failpoints.reach("spark.sink.commit", whole_session=True)
@@ -141,6 +144,7 @@ class OnceflowBatchWriter(DataSourceArrowWriter):
         self.settings.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        freeze_between_tasks()
         if self.settings.guarantee == AT_LEAST_ONCE:
             return write_at_least_once(self.settings, iterator)
         return write_exactly_once(self.settings, self.prefix, 0, iterator)

@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from onceflow.spark.collector import collector_paused
+from onceflow.spark.collector import collector_paused, freeze_between_tasks
 from onceflow.spark.options import (
     QUICK_START,
     Offsets,
@@ -182,6 +182,7 @@ def read_task(
     config: Mapping[str, Any], task: InputPartition, stall_timeout_s: float
 ) -> Iterator[pa.RecordBatch]:
     """The records of a planned task: one range, or a ReadTask's ranges in turn."""
+    freeze_between_tasks()
     clock = StageClock("read")
     records = 0
     for offsets in task.ranges if isinstance(task, ReadTask) else (task,):
