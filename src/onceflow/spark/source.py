@@ -35,22 +35,26 @@ from onceflow.spark.options import (
 )
 from onceflow.spark.task_times import StageClock, batch_id
 
+# Columns that are never null say so: Spark then reads them without asking each row whether it is
+# null (the JVM's share of a warmed batch read of 1,000,000 rows from a source that does nothing
+# else: 0.54-0.73 CPU s against 0.68-0.96). A key, a value and a timestamp may be absent.
 SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
+    "key binary, value binary, topic string NOT NULL, partition int NOT NULL, offset long NOT NULL, "
+    "timestamp timestamp, timestampType int NOT NULL, "
+    "headers array<struct<key: string, value: binary>> NOT NULL"
 )
 MICROS, MILLIS = pa.timestamp("us", tz="UTC"), pa.timestamp("ms", tz="UTC")
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 ARROW_SCHEMA = pa.schema(
     [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", MICROS),
-        ("timestampType", pa.int32()),
-        ("headers", HEADERS),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", MICROS),
+        pa.field("timestampType", pa.int32(), nullable=False),
+        pa.field("headers", HEADERS, nullable=False),
     ]
 )
 EARLIEST, LATEST = -2, -1
