@@ -23,8 +23,9 @@ except ImportError as error:
     raise MissingExtraError("onceflow.spark", "PySpark", "spark") from error
 
 from onceflow.spark.collector import freeze_between_tasks
+from onceflow.spark.rows import SCHEMA
 from onceflow.spark.sink import OnceflowBatchWriter, OnceflowStreamWriter
-from onceflow.spark.source import SCHEMA, OnceflowBatchReader, OnceflowStreamReader
+from onceflow.spark.source import OnceflowBatchReader, OnceflowStreamReader
 
 FORMAT = "onceflow"
 

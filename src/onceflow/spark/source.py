@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from onceflow.spark.collector import collector_paused, freeze_between_tasks
+from onceflow.spark.fetching import Fetcher, plain_enough
 from onceflow.spark.options import (
     QUICK_START,
     Offsets,
@@ -33,37 +34,22 @@ from onceflow.spark.options import (
     positive_int,
     sorted_offsets,
 )
+from onceflow.spark.rows import (
+    ARROW_SCHEMA,
+    HEADERS,
+    MICROS,
+    MILLIS,
+    NO_HEADER_FIELDS,
+    ROWS_PER_ARROW_BATCH,
+    batch_of_columns,
+)
 from onceflow.spark.task_times import StageClock, batch_id
 
-# Columns that are never null say so: Spark then reads them without asking each row whether it is
-# null (the JVM's share of a warmed batch read of 1,000,000 rows from a source that does nothing
-# else: 0.54-0.73 CPU s against 0.68-0.96). A key, a value and a timestamp may be absent.
-SCHEMA = (
-    "key binary, value binary, topic string NOT NULL, partition int NOT NULL, offset long NOT NULL, "
-    "timestamp timestamp, timestampType int NOT NULL, "
-    "headers array<struct<key: string, value: binary>> NOT NULL"
-)
-MICROS, MILLIS = pa.timestamp("us", tz="UTC"), pa.timestamp("ms", tz="UTC")
-HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", MICROS),
-        pa.field("timestampType", pa.int32(), nullable=False),
-        pa.field("headers", HEADERS, nullable=False),
-    ]
-)
 EARLIEST, LATEST = -2, -1
-ROWS_PER_ARROW_BATCH = 10_000
 CONSUME_WAIT_S = 0.05
 FETCH_WAIT_MS = 1
 FETCH_QUEUE_BACKOFF_MS = 10
 METADATA_TIMEOUT_S = 30.0
-NO_HEADER_FIELDS = pa.array([], HEADERS.value_type)
 
 
 @dataclass(frozen=True)
@@ -185,16 +171,55 @@ def read_tasks(ranges: list[OffsetRange], max_tasks: int | None) -> list[InputPa
 def read_task(
     config: Mapping[str, Any], task: InputPartition, stall_timeout_s: float
 ) -> Iterator[pa.RecordBatch]:
-    """The records of a planned task: one range, or a ReadTask's ranges in turn."""
+    """The records of a planned task: one range, or a ReadTask's ranges, fetched together over
+    plain connections (`onceflow.spark.fetching`), else through confluent-kafka one after another."""
     freeze_between_tasks()
     clock = StageClock("read")
     records = 0
-    for offsets in task.ranges if isinstance(task, ReadTask) else (task,):
-        for batch in read_range(config, offsets, stall_timeout_s, clock):
-            records += batch.num_rows
-            with clock.stage("handed over"):  # Spark takes the batch: to the JVM's Arrow reader
-                yield batch
+    # Spark plans one empty partition when there is nothing to read.
+    planned = task.ranges if isinstance(task, ReadTask) else (task,)
+    ranges = [offsets for offsets in planned if isinstance(offsets, OffsetRange)]
+    if plain_enough(config):
+        batches = _fetched(config, ranges, stall_timeout_s, clock)
+    else:
+        batches = (
+            batch for offsets in ranges for batch in read_range(config, offsets, stall_timeout_s, clock)
+        )
+    for batch in batches:
+        records += batch.num_rows
+        with clock.stage("handed over"):  # Spark takes the batch: to the JVM's Arrow reader
+            yield batch
     clock.report(batch=batch_id(), records=records)
+
+
+# As the consumers below: each worker keeps a fetcher (its connections, where partitions lead) per
+# client config, lent to one task at a time.
+_idle_fetchers: dict[str, Fetcher] = {}
+
+
+def _fetched(
+    config: Mapping[str, Any], ranges: list[OffsetRange], stall_timeout_s: float, clock: StageClock
+) -> Iterator[pa.RecordBatch]:
+    key = json.dumps(sorted(config.items()), default=str)
+    fetcher = _idle_fetchers.pop(key, None) or Fetcher(config)
+    wanted = [(offsets.topic, offsets.partition, offsets.start, offsets.end) for offsets in ranges]
+    try:
+        fetching = fetcher.read(wanted, stall_timeout_s, clock)
+        while True:
+            try:
+                topic, partition, taken = next(fetching)
+            except StopIteration as finished:
+                left: list[tuple[str, int, int, int]] = finished.value
+                break
+            with clock.stage("arrow"):
+                batch = batch_of_columns(taken, topic, partition)
+            yield batch
+    except BaseException:
+        fetcher.close()  # a failed fetcher is not lent again
+        raise
+    _idle_fetchers[key] = fetcher
+    for topic, partition, start, end in left:  # batches of a message format before v2
+        yield from read_range(config, OffsetRange(topic, partition, start, end), stall_timeout_s, clock)
 
 
 def limit_offsets(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
