@@ -24,7 +24,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic, PartitionMetadata
 from prometheus_client.parser import text_string_to_metric_families
 
-from onceflow.cluster.launcher import LaunchError, broker_command, wait_registered
+from onceflow.cluster.launcher import BrokerOptions, LaunchError, broker_command, wait_registered
 from onceflow.cluster.zookeeper_server import ZooKeeperServer, free_port
 
 BENCHMARKS_DIR = Path(__file__).resolve().parent
@@ -196,15 +196,15 @@ class OnceflowCluster:
         except RuntimeError as error:
             raise BenchmarkError(str(error)) from None
         for broker_id in range(1, self.size + 1):
+            settings = [f"{key}={value}" for key, value in self.settings.items()]
             argv = broker_command(
                 broker_id,
                 free_port(),
                 self.data_dir / f"broker-{broker_id}",
                 self.zookeeper.connect_string,
                 self.size,
+                BrokerOptions(settings=settings),
             )
-            for key, value in self.settings.items():
-                argv += ["--set", f"{key}={value}"]
             self.brokers[broker_id] = BrokerProcess(
                 f"onceflow broker {broker_id}",
                 argv,
@@ -374,3 +374,85 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text().splitlines()[-lines:])
     except OSError:
         return ""
+
+
+class ScriptSession:
+    """A benchmark script that stays up between runs (`spark_job.py`): it prints one JSON line
+    when ready, then answers each JSON command on its stdin with one JSON line."""
+
+    def __init__(
+        self,
+        script: Path,
+        options: Mapping[str, Any],
+        log_dir: Path,
+        python: Path | str = sys.executable,
+    ) -> None:
+        self.argv = [str(python), str(script)]
+        for key, value in options.items():
+            self.argv += [f"--{key.replace('_', '-')}", str(value)]
+        self.log_path = log_dir / f"{script.stem}.log"
+        self._process: subprocess.Popen[str] | None = None
+
+    def start(self, timeout_s: float) -> dict[str, Any]:
+        with self.log_path.open("a") as log:
+            self._process = subprocess.Popen(
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+            )
+        return self._answer("start", timeout_s)
+
+    def ask(self, command: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+        assert self._process is not None and self._process.stdin is not None
+        try:
+            self._process.stdin.write(json.dumps(command) + "\n")
+            self._process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it exited: the answer's absence says so, with its log
+        return self._answer(command["command"], timeout_s)
+
+    def _answer(self, what: str, timeout_s: float) -> dict[str, Any]:
+        assert self._process is not None and self._process.stdout is not None
+        ready, _, _ = select.select([self._process.stdout], [], [], timeout_s)
+        line = self._process.stdout.readline() if ready else ""
+        if not line:
+            self.kill()
+            late = "no answer" if ready else f"no answer in {timeout_s:.0f} s"
+            raise BenchmarkError(f"{Path(self.argv[1]).name} {what}: {late}:\n{_tail(self.log_path)}")
+        figures: dict[str, Any] = json.loads(line)
+        return figures
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        if self._process is None:
+            return
+        process, self._process = self._process, None
+        assert process.stdin is not None
+        try:
+            process.stdin.write(json.dumps({"command": "stop"}) + "\n")
+            process.stdin.close()
+            process.wait(timeout_s)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait()
+        finally:
+            assert process.stdout is not None
+            process.stdout.close()
+        if process.returncode != 0:
+            raise BenchmarkError(
+                f"{Path(self.argv[1]).name} exited with {process.returncode}:\n{_tail(self.log_path)}"
+            )
+
+    def kill(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
+    def __enter__(self) -> ScriptSession:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self.stop()
+        else:
+            self.kill()

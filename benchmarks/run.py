@@ -85,7 +85,10 @@ def main() -> int:
 
 
 def results_table(rows: list[Row]) -> Table:
-    table = Table(title="onceflow benchmarks (ratio = onceflow / reference, both measured in this run)")
+    table = Table(
+        title="onceflow benchmarks (ratio = onceflow / reference, both measured in this run;"
+        " with rounds, the median of the rounds' ratios and their range)"
+    )
     for column in ("scenario", "onceflow", "reference", "ratio", "target", "result"):
         table.add_column(column, justify="left" if column == "scenario" else "right")
     for row in rows:
@@ -99,11 +102,19 @@ def results_table(rows: list[Row]) -> Table:
             row.scenario,
             f"{row.onceflow:,.2f} {row.unit}",
             reference,
-            "" if row.ratio is None else f"{row.ratio:.2f}",
+            ratio_text(row),
             row.target.text if row.target else "",
             result,
         )
     return table
+
+
+def ratio_text(row: Row) -> str:
+    """The ratio, and with rounds the lowest and highest of theirs: `1.23 (1.10-1.31)`."""
+    if row.ratio is None:
+        return ""
+    spread = row.spread
+    return f"{row.ratio:.2f}" + (f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else "")
 
 
 def machine_info() -> dict[str, Any]:

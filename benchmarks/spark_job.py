@@ -1,13 +1,21 @@
-"""Spark side of the `spark` benchmark: one local[2] session, figures as one JSON line on stdout.
+"""Spark side of the `spark` benchmark: one local[2] session that runs what the harness asks for.
 
     spark_job.py --bootstrap HOST:PORT --topic T --partitions 4 --records N
-                 --max-offsets-per-trigger M --rounds R --reads K --work-dir DIR
+                 --max-offsets-per-trigger M --work-dir DIR
 
-Runs the same streaming query (onceflow source -> a light transform -> onceflow sink) to the
-input's end offsets, exactly-once and at-least-once in the order EO ALO ALO EO ..., R times each,
-then READ_WARM_UPS untimed and K timed batch reads of the whole topic. The session starts once,
-before any clock, in this process of its own, and runs both queries for a few batches before any
-clock too.
+Starts the session, prints one JSON line ({"ready": ...}), then reads one JSON command per line
+on stdin and answers each with one JSON line on stdout, so that the harness can run other
+things (quixstreams, a plain consumer) between the Spark runs, alternately:
+
+    {"command": "warm-up"}                     both guarantees' query for a few batches, untimed
+    {"command": "stream", "guarantee": G, "name": N}   the query to the input's end, timed
+    {"command": "read", "warm_ups": K}         K untimed batch reads, then one timed, values aggregated
+    {"command": "small-read"}                  a batch read of a few records: a user's warm-up
+    {"command": "stop"}
+
+Every run also says where its tasks' time went: each Python task's stages
+(`onceflow.spark.task_times`, written to a file of this job's) and the JVM's share of the tasks
+(the executor's run and CPU time per task, from Spark's own status store).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -38,11 +47,8 @@ _QUERY_TIMEOUT_S = 900.0
 # The session's first query ran its batches about a third slower than the later ones (the JVM's
 # JIT and the first Python workers): warm both guarantees' paths up, so run order does not decide.
 WARM_UP_BATCHES = 8
-# A batch read's job is of another shape than the queries', and the JVM's JIT kept compiling for it
-# (Spark's planner and the scan) over the first reads: in a fresh session of batch reads alone, the
-# 2nd to 5th read ran 0.5-0.9 M records/s, later ones 0.7-1.0 M, and the JIT's threads took 0.6-0.85
-# CPU s in the first reads against about 0.2 after ten. Timed reads start after these.
-READ_WARM_UPS = 4
+# A user's warm-up before the first real read: this many records per partition.
+SMALL_READ_RECORDS_PER_PARTITION = 250
 
 
 def main() -> int:
@@ -52,13 +58,16 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, required=True)
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--max-offsets-per-trigger", type=int, required=True)
-    parser.add_argument("--rounds", type=int, required=True)
-    parser.add_argument("--reads", type=int, required=True)
     parser.add_argument("--work-dir", type=Path, required=True)
     args = parser.parse_args()
+    args.work_dir.mkdir(parents=True, exist_ok=True)
     # Executors run this interpreter, which has onceflow; loopback only, whatever the host name.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    task_times = args.work_dir / f"task-times-{os.getpid()}.jsonl"
+    task_times.touch()
+    os.environ["ONCEFLOW_SPARK_TASK_TIMES"] = str(task_times)  # the workers inherit it
+    started = time.perf_counter()
     # Imported after the environment is set: the JVM starts with the session.
     from pyspark.sql import SparkSession
 
@@ -77,26 +86,138 @@ def main() -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     onceflow.spark.register(spark)
+    job = Job(spark, args, task_times)
     try:
         ends = end_offsets(args.bootstrap, args.topic, args.partitions)
         if sum(ends.values()) != args.records:
             raise SystemExit(
                 f"topic {args.topic} holds {sum(ends.values())} records, expected {args.records}"
             )
-        for guarantee in GUARANTEES:
-            warm_up(spark, args, guarantee)
-        streams: dict[str, list[dict[str, Any]]] = {guarantee: [] for guarantee in GUARANTEES}
-        # Later queries in a session run faster (the JVM warms up), so the order flips every
-        # round, EO ALO ALO EO: with an even number of rounds that trend hits both alike.
-        for round_number in range(1, args.rounds + 1):
-            for guarantee in GUARANTEES if round_number % 2 else reversed(GUARANTEES):
-                streams[guarantee].append(stream(spark, args, guarantee, round_number, ends))
-        warm_ups = [batch_read(spark, args) for _ in range(READ_WARM_UPS)]
-        reads = [batch_read(spark, args) for _ in range(args.reads)]
+        job.ends = ends
+        answer({"ready": True, "session_start_s": time.perf_counter() - started})
+        for line in sys.stdin:
+            command = json.loads(line)
+            if command["command"] == "stop":
+                break
+            answer(job.run(command))
     finally:
         spark.stop()
-    print(json.dumps({"stream": streams, "read": reads, "read_warm_up": warm_ups}))
     return 0
+
+
+def answer(figures: dict[str, Any]) -> None:
+    print(json.dumps(figures), flush=True)
+
+
+class Job:
+    def __init__(self, spark: Any, args: argparse.Namespace, task_times: Path) -> None:
+        self.spark = spark
+        self.args = args
+        self.task_times = task_times
+        self.ends: dict[str, int] = {}
+
+    def run(self, command: dict[str, Any]) -> dict[str, Any]:
+        name = command["command"]
+        if name == "warm-up":
+            for guarantee in GUARANTEES:
+                warm_up(self.spark, self.args, guarantee)
+            return {}
+        if name == "stream":
+            return self.measured(
+                lambda: stream(self.spark, self.args, command["guarantee"], command["name"], self.ends)
+            )
+        if name == "read":
+            warm_ups = [batch_read(self.spark, self.args) for _ in range(command["warm_ups"])]
+            return {**self.measured(lambda: batch_read(self.spark, self.args)), "warm_ups": warm_ups}
+        if name == "small-read":
+            ending = {
+                self.args.topic: {
+                    str(p): SMALL_READ_RECORDS_PER_PARTITION for p in range(self.args.partitions)
+                }
+            }
+            return batch_read(self.spark, self.args, json.dumps(ending))
+        raise SystemExit(f"unknown command {name!r}")
+
+    def measured(self, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """`run`'s figures, with its tasks' stages (Python's from the task-times file, the JVM's
+        from the status store), medians per task over the stages and tasks after the first."""
+        status = self.spark.sparkContext._jsc.sc().statusStore()
+        first_stage = _next_stage_id(status)
+        position = self.task_times.stat().st_size
+        figures = run()
+        with self.task_times.open() as lines:
+            lines.seek(position)
+            tasks = [json.loads(line) for line in lines]
+        stages = _stages_since(status, first_stage)
+        first_batch = min((task["batch"] for task in tasks if task.get("batch") is not None), default=None)
+        if first_batch is not None:  # a stream: its first batch is out of the timed window
+            tasks = [task for task in tasks if task.get("batch") != first_batch]
+            stages = stages[1:]
+        else:  # a read: the scan's stage, not the aggregate's last step
+            stages = stages[:1]
+        return {**figures, "python_tasks": python_task_stages(tasks), "jvm_tasks": jvm_task_times(stages)}
+
+
+def python_task_stages(tasks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per kind of task (read, write, keeper write): the median ms per task of each stage, of
+    the whole task, and the median records per task."""
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for task in tasks:
+        kinds.setdefault(task["kind"], []).append(task)
+    medians = {}
+    for kind, runs in kinds.items():
+        stages = sorted({stage for task in runs for stage in task["stages_s"]})
+        medians[kind] = {
+            "tasks": len(runs),
+            "records": statistics.median(task["records"] for task in runs),
+            "total_ms": statistics.median(task["total_s"] for task in runs) * 1000,
+            **{
+                f"{stage}_ms": statistics.median(task["stages_s"].get(stage, 0.0) for task in runs) * 1000
+                for stage in stages
+            },
+        }
+    return medians
+
+
+def _all_stages(status: Any) -> list[Any]:
+    """Every stage the store keeps (`AppStatusStore.stageList`, its defaults spelled out)."""
+    listed = status.stageList(
+        None, False, False, getattr(status, "stageList$default$4")(), getattr(status, "stageList$default$5")()
+    )
+    return [listed.apply(index) for index in range(int(listed.size()))]
+
+
+def _next_stage_id(status: Any) -> int:
+    return max((int(stage.stageId()) for stage in _all_stages(status)), default=-1) + 1
+
+
+def _stages_since(status: Any, first: int) -> list[dict[str, float]]:
+    """The Spark stages from id `first` on that ended, oldest first: per task, the run time and
+    the CPU time of the executor's thread (the JVM's side of a Python task: reading the reader's
+    Arrow batches, the query's expressions, the writer's Arrow batches)."""
+    stages = []
+    for stage in _all_stages(status):
+        tasks = int(stage.numCompleteTasks())
+        if int(stage.stageId()) < first or not tasks:
+            continue
+        stages.append(
+            {
+                "stage_id": int(stage.stageId()),
+                "tasks": tasks,
+                "run_ms": int(stage.executorRunTime()) / tasks,
+                "cpu_ms": int(stage.executorCpuTime()) / 1e6 / tasks,
+                "deserialize_ms": int(stage.executorDeserializeTime()) / tasks,
+                "gc_ms": int(stage.jvmGcTime()) / tasks,
+            }
+        )
+    return sorted(stages, key=lambda stage: stage["stage_id"])
+
+
+def jvm_task_times(stages: list[dict[str, float]]) -> dict[str, float]:
+    if not stages:
+        return {}
+    keys = ("run_ms", "cpu_ms", "deserialize_ms", "gc_ms")
+    return {"stages": len(stages), **{key: statistics.median(stage[key] for stage in stages) for key in keys}}
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[str, int]:
@@ -171,7 +292,7 @@ def warm_up(spark: Any, args: argparse.Namespace, guarantee: str) -> None:
 
 
 def stream(
-    spark: Any, args: argparse.Namespace, guarantee: str, round_number: int, ends: dict[str, int]
+    spark: Any, args: argparse.Namespace, guarantee: str, name: str, ends: dict[str, int]
 ) -> dict[str, Any]:
     """Run the query from the earliest offsets until a batch ends at `ends`; time it by its progress.
 
@@ -179,7 +300,6 @@ def stream(
     leaves out the query's start-up and its first batch (Python workers, connections and, for
     exactly-once, the transactional producers' init); the records are those of the later batches.
     """
-    name = f"{guarantee}-{round_number}"
     query = start_query(spark, args, guarantee, name)
     run_until(query, name, lambda query: reached(query.lastProgress, ends))
     batches = [progress for progress in query.recentProgress if progress["numInputRows"] > 0]
@@ -190,6 +310,7 @@ def stream(
     seconds = batch_end(last) - batch_end(first)
     timed_records = rows - first["numInputRows"]
     return {
+        "output_topic": f"spark-out-{name}",
         "records": rows,
         "batches": len(batches),
         "timed_records": timed_records,
@@ -220,21 +341,25 @@ def batch_end(progress: dict[str, Any]) -> float:
     return started + progress["durationMs"]["triggerExecution"] / 1000
 
 
-def batch_read(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """`spark.read.format("onceflow")` of the whole topic, `count()`ed: one job, timed whole."""
+def batch_read(spark: Any, args: argparse.Namespace, ending: str = "latest") -> dict[str, Any]:
+    """`spark.read.format("onceflow")` of the topic with its values used, as a user's first look
+    at a topic does (`count`, `sum(length(value))`): one job, timed whole."""
+    from pyspark.sql import functions
+
     started = time.perf_counter()
-    records = (
+    frame = (
         spark.read.format("onceflow")
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("subscribe", args.topic)
+        .option("endingOffsets", ending)
         .option("maxPartitions", read_tasks(spark))
         .load()
-        .count()
     )
+    records, payload = frame.agg(functions.count("*"), functions.sum(functions.length("value"))).first()
     seconds = time.perf_counter() - started
-    if records != args.records:
+    if ending == "latest" and records != args.records:
         raise SystemExit(f"the batch read counted {records} records, expected {args.records}")
-    return {"records": records, "seconds": seconds, "records_per_s": records / seconds}
+    return {"records": records, "bytes": payload, "seconds": seconds, "records_per_s": records / seconds}
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import socket
 import struct
 import time
 import types
+import weakref
 from typing import BinaryIO
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from onceflow import EmbeddedBroker
-from onceflow.spark import source
+from onceflow.spark import collector, source
 from onceflow.spark.producing import EXACTLY_ONCE, SinkSettings, held_slot, produce_batches
 from onceflow.spark.source import (
     ARROW_SCHEMA,
@@ -208,6 +209,32 @@ def test_a_read_task_pauses_the_garbage_collector_until_it_ends(broker: Embedded
         for consumer in source._idle_consumers.values():
             consumer.close()
         source._idle_consumers.clear()
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_task_freezes_what_the_worker_holds_and_collects_it_all_now_and_then() -> None:
+    """What was alive when a task started is out of the daemon's collection after the task; a
+    cycle that died frozen is collected at the next full collection, not never."""
+    collector._tasks_since_full_collection = 0
+    cycle = _Cycle()
+    died = weakref.ref(cycle)
+    try:
+        collector.freeze_between_tasks()
+        del cycle
+        gc.collect()  # the daemon's collection after the task
+        assert died() is not None, "a frozen cycle is out of reach"
+        for _ in range(collector.FULL_COLLECTION_EVERY - 2):
+            collector.freeze_between_tasks()
+        gc.collect()
+        assert died() is not None, "collected before its time: the freeze did not hold"
+        collector.freeze_between_tasks()
+        assert died() is None
+    finally:
+        gc.unfreeze()
 
 
 def test_read_tasks_group_partitions_by_backlog_and_keep_the_plan_for_a_replay() -> None:

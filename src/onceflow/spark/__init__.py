@@ -22,30 +22,40 @@ try:
 except ImportError as error:
     raise MissingExtraError("onceflow.spark", "PySpark", "spark") from error
 
+from onceflow.spark.collector import freeze_between_tasks
+from onceflow.spark.rows import SCHEMA
 from onceflow.spark.sink import OnceflowBatchWriter, OnceflowStreamWriter
-from onceflow.spark.source import SCHEMA, OnceflowBatchReader, OnceflowStreamReader
+from onceflow.spark.source import OnceflowBatchReader, OnceflowStreamReader
 
 FORMAT = "onceflow"
 
 
 class OnceflowDataSource(DataSource):
+    """Its methods run in the driver's planning workers, which PySpark's daemon reuses and
+    collects after every call, as it does the tasks' workers: each freezes first."""
+
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
     def schema(self) -> str:
+        freeze_between_tasks()
         return SCHEMA
 
     def reader(self, schema: StructType) -> OnceflowBatchReader:
+        freeze_between_tasks()
         return OnceflowBatchReader(self.options)
 
     def streamReader(self, schema: StructType) -> OnceflowStreamReader:
+        freeze_between_tasks()
         return OnceflowStreamReader(self.options)
 
     def writer(self, schema: StructType, overwrite: bool) -> OnceflowBatchWriter:
+        freeze_between_tasks()
         return OnceflowBatchWriter(self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> OnceflowStreamWriter:
+        freeze_between_tasks()
         return OnceflowStreamWriter(self.options, schema)
 
 

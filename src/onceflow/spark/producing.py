@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.spark.options import QUICK_START, OptionError, client_config
+from onceflow.spark.task_times import StageClock, timed
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -176,11 +177,17 @@ class TransactionalSlot:
     ) -> int:
         """Write batch `batch_id` in one transaction with its progress; `before_commit` is given
         the number of records once they are all in the broker and may stop the commit by raising."""
+        clock = StageClock("keeper write")
         self.producer.begin_transaction()
         began = time.monotonic()
         count = produce_batches(
-            self.producer, batches, self.settings.topic, lambda: self._check_time(batch_id, began)
+            self.producer,
+            timed(batches, clock, "rows from the task"),
+            self.settings.topic,
+            lambda: self._check_time(batch_id, began),
+            clock,
         )
+        flushing = time.perf_counter()
         try:
             self.producer.flush(CLIENT_TIMEOUT_S)
         except SystemError as error:
@@ -191,14 +198,18 @@ class TransactionalSlot:
                 raise error.__cause__ from None
             raise KafkaException(self.delivery.first or KafkaError(KafkaError._FATAL, str(error))) from error
         self.delivery.raise_first()
+        clock.add("flush", time.perf_counter() - flushing)
         self._check_time(batch_id, began)
-        before_commit(count)
-        offset = TopicPartition(self.settings.progress_topic, self.partition, batch_id + 1)
-        self.producer.send_offsets_to_transaction(
-            [offset], self.progress.consumer_group_metadata(), CLIENT_TIMEOUT_S
-        )
-        self.producer.commit_transaction(CLIENT_TIMEOUT_S)
+        with clock.stage("task's go-ahead"):
+            before_commit(count)
+        with clock.stage("commit"):
+            offset = TopicPartition(self.settings.progress_topic, self.partition, batch_id + 1)
+            self.producer.send_offsets_to_transaction(
+                [offset], self.progress.consumer_group_metadata(), CLIENT_TIMEOUT_S
+            )
+            self.producer.commit_transaction(CLIENT_TIMEOUT_S)
         self.batches_done = batch_id + 1
+        clock.report(batch=batch_id, records=count)
         return count
 
     def _check_time(self, batch_id: int, began: float) -> None:
@@ -256,10 +267,14 @@ def produce_batches(
     batches: Iterable[pa.RecordBatch],
     default_topic: str | None,
     after_each: Callable[[], None],
+    clock: StageClock | None = None,
 ) -> int:
-    """Produce the rows of Spark's Arrow batches, read column by column; how many there were."""
+    """Produce the rows of Spark's Arrow batches, read column by column; how many there were.
+    `clock` gets the time spent producing them."""
+    clock = clock or StageClock("produce")
     count = 0
     for batch in batches:
+        producing = time.perf_counter()
         columns = dict(zip(batch.schema.names, (column.to_pylist() for column in batch.columns), strict=True))
         values = columns["value"]
         absent = [None] * len(values)
@@ -286,5 +301,6 @@ def produce_batches(
                 except BufferError:
                     producer.poll(0.05)  # the local queue is full: let deliveries drain it
         count += len(values)
+        clock.add("produce", time.perf_counter() - producing)
         after_each()
     return count

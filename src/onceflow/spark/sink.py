@@ -20,6 +20,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from onceflow import failpoints
+from onceflow.spark.collector import freeze_between_tasks
 from onceflow.spark.producing import (
     AT_LEAST_ONCE,
     CLIENT_TIMEOUT_S,
@@ -30,6 +31,7 @@ from onceflow.spark.producing import (
 )
 from onceflow.spark.slot_keeper import write_through_keeper
 from onceflow.spark.task_input import whole_input
+from onceflow.spark.task_times import StageClock, batch_id, timed
 
 
 @dataclass
@@ -48,14 +50,17 @@ def task_context() -> TaskContext:
 
 
 def write_exactly_once(
-    settings: SinkSettings, prefix: str, batch_id: int, batches: Iterator[pa.RecordBatch]
+    settings: SinkSettings, prefix: str, batch: int, batches: Iterator[pa.RecordBatch]
 ) -> TaskReport:
     context = task_context()
     partition = context.partitionId()
     # The parent of a Python worker forks all of its executor's workers (or is the executor).
     owner = os.getppid()
+    clock = StageClock("write, exactly-once")
     # A task killed midway must not commit the rows it got so far.
-    count, skipped = write_through_keeper(owner, settings, prefix, partition, batch_id, whole_input(batches))
+    rows = timed(whole_input(batches), clock, "waiting for rows")
+    count, skipped = write_through_keeper(owner, settings, prefix, partition, batch, rows, clock)
+    clock.report(batch=batch, records=count, skipped=skipped)
     return TaskReport(partition, context.attemptNumber(), count, skipped)
 
 
@@ -81,9 +86,12 @@ def write_at_least_once(settings: SinkSettings, batches: Iterator[pa.RecordBatch
         )
     else:
         producer, delivery = idle
+    clock = StageClock("write, at-least-once")
     try:
-        count = produce_batches(producer, batches, settings.topic, lambda: None)
-        remaining = producer.flush(CLIENT_TIMEOUT_S)
+        rows = timed(batches, clock, "waiting for rows")
+        count = produce_batches(producer, rows, settings.topic, lambda: None, clock)
+        with clock.stage("flush"):
+            remaining = producer.flush(CLIENT_TIMEOUT_S)
         delivery.raise_first()
         if remaining:
             raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, f"{remaining} records not delivered"))
@@ -91,6 +99,7 @@ def write_at_least_once(settings: SinkSettings, batches: Iterator[pa.RecordBatch
         producer.purge()  # the retried task writes these rows again
         raise
     _idle_producers[key] = (producer, delivery)
+    clock.report(batch=batch_id(), records=count)
     return TaskReport(context.partitionId(), context.attemptNumber(), count, False)
 
 
@@ -102,6 +111,7 @@ class OnceflowStreamWriter(DataSourceStreamArrowWriter):
         self.settings.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        freeze_between_tasks()
         if self.settings.guarantee == AT_LEAST_ONCE:
             return write_at_least_once(self.settings, iterator)
         context = task_context()
@@ -113,6 +123,7 @@ class OnceflowStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing left to do: each task committed its own transaction. Safe to call twice."""
+        freeze_between_tasks()  # a driver-side Python worker, collected after each call
         # The worst moment for the driver to die: all output written, the batch not yet in
         # the checkpoint's commit log, so a restart runs it again.
         failpoints.reach("spark.sink.commit", whole_session=True)
@@ -133,6 +144,7 @@ class OnceflowBatchWriter(DataSourceArrowWriter):
         self.settings.prepare()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        freeze_between_tasks()
         if self.settings.guarantee == AT_LEAST_ONCE:
             return write_at_least_once(self.settings, iterator)
         return write_exactly_once(self.settings, self.prefix, 0, iterator)

@@ -44,6 +44,7 @@ import pyarrow as pa
 
 from onceflow import failpoints
 from onceflow.spark.producing import SinkSettings, TransactionalSlot, held_slot
+from onceflow.spark.task_times import StageClock
 
 OK, FAILED = "ok", "failed"
 SKIP, WRITE, COMMIT, COMMITTED = "skip", "write", "commit", "committed"
@@ -80,31 +81,42 @@ def write_through_keeper(
     partition: int,
     batch_id: int,
     batches: Iterable[pa.RecordBatch],
+    clock: StageClock | None = None,
 ) -> tuple[int, bool]:
     """Write one task's batches through the keeper of process `owner`: (records, skipped)."""
-    with connect(owner) as keeper:
-        keeper.send((settings, prefix, partition, batch_id))
-        if answer(keeper) == SKIP:
-            return 0, True
+    clock = clock or StageClock("write, exactly-once")
+    with clock.stage("keeper's slot"):
+        keeper = connect(owner)
+    with keeper:
+        with clock.stage("keeper's slot"):
+            keeper.send((settings, prefix, partition, batch_id))
+            if answer(keeper) == SKIP:
+                return 0, True
         # If the keeper gives up on the write midway, its answer says why.
         with contextlib.suppress(ConnectionError):
-            send_batches(keeper, batches)
-        count: int = answer(keeper)
+            send_batches(keeper, batches, clock)
+        with clock.stage("keeper's flush"):
+            count: int = answer(keeper)
         # The moment to lose the executor: the rows are in the broker, in a transaction left open.
         failpoints.hold("spark.sink.before-transaction-commit")
-        keeper.send(COMMIT)
-        answer(keeper)
+        with clock.stage("commit"):
+            keeper.send(COMMIT)
+            answer(keeper)
         return count, False
 
 
-def send_batches(keeper: Connection, batches: Iterable[pa.RecordBatch]) -> None:
+def send_batches(
+    keeper: Connection, batches: Iterable[pa.RecordBatch], clock: StageClock | None = None
+) -> None:
     """The batches in Arrow's IPC format (a tenth of pickle's time), the schema first, then END."""
+    clock = clock or StageClock("write, exactly-once")
     schema = None
     for batch in batches:
-        if schema is None:
-            schema = batch.schema
-            keeper.send_bytes(schema.serialize())
-        keeper.send_bytes(batch.serialize())
+        with clock.stage("to the keeper"):
+            if schema is None:
+                schema = batch.schema
+                keeper.send_bytes(schema.serialize())
+            keeper.send_bytes(batch.serialize())
     keeper.send_bytes(END)
 
 

@@ -22,7 +22,8 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from onceflow.spark.collector import collector_paused
+from onceflow.spark.collector import collector_paused, freeze_between_tasks
+from onceflow.spark.fetching import Fetcher, plain_enough
 from onceflow.spark.options import (
     QUICK_START,
     Offsets,
@@ -33,32 +34,22 @@ from onceflow.spark.options import (
     positive_int,
     sorted_offsets,
 )
+from onceflow.spark.rows import (
+    ARROW_SCHEMA,
+    HEADERS,
+    MICROS,
+    MILLIS,
+    NO_HEADER_FIELDS,
+    ROWS_PER_ARROW_BATCH,
+    batch_of_columns,
+)
+from onceflow.spark.task_times import StageClock, batch_id
 
-SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
-)
-MICROS, MILLIS = pa.timestamp("us", tz="UTC"), pa.timestamp("ms", tz="UTC")
-HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-ARROW_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", MICROS),
-        ("timestampType", pa.int32()),
-        ("headers", HEADERS),
-    ]
-)
 EARLIEST, LATEST = -2, -1
-ROWS_PER_ARROW_BATCH = 10_000
 CONSUME_WAIT_S = 0.05
 FETCH_WAIT_MS = 1
 FETCH_QUEUE_BACKOFF_MS = 10
 METADATA_TIMEOUT_S = 30.0
-NO_HEADER_FIELDS = pa.array([], HEADERS.value_type)
 
 
 @dataclass(frozen=True)
@@ -180,9 +171,55 @@ def read_tasks(ranges: list[OffsetRange], max_tasks: int | None) -> list[InputPa
 def read_task(
     config: Mapping[str, Any], task: InputPartition, stall_timeout_s: float
 ) -> Iterator[pa.RecordBatch]:
-    """The records of a planned task: one range, or a ReadTask's ranges in turn."""
-    for offsets in task.ranges if isinstance(task, ReadTask) else (task,):
-        yield from read_range(config, offsets, stall_timeout_s)
+    """The records of a planned task: one range, or a ReadTask's ranges, fetched together over
+    plain connections (`onceflow.spark.fetching`), else through confluent-kafka one after another."""
+    freeze_between_tasks()
+    clock = StageClock("read")
+    records = 0
+    # Spark plans one empty partition when there is nothing to read.
+    planned = task.ranges if isinstance(task, ReadTask) else (task,)
+    ranges = [offsets for offsets in planned if isinstance(offsets, OffsetRange)]
+    if plain_enough(config):
+        batches = _fetched(config, ranges, stall_timeout_s, clock)
+    else:
+        batches = (
+            batch for offsets in ranges for batch in read_range(config, offsets, stall_timeout_s, clock)
+        )
+    for batch in batches:
+        records += batch.num_rows
+        with clock.stage("handed over"):  # Spark takes the batch: to the JVM's Arrow reader
+            yield batch
+    clock.report(batch=batch_id(), records=records)
+
+
+# As the consumers below: each worker keeps a fetcher (its connections, where partitions lead) per
+# client config, lent to one task at a time.
+_idle_fetchers: dict[str, Fetcher] = {}
+
+
+def _fetched(
+    config: Mapping[str, Any], ranges: list[OffsetRange], stall_timeout_s: float, clock: StageClock
+) -> Iterator[pa.RecordBatch]:
+    key = json.dumps(sorted(config.items()), default=str)
+    fetcher = _idle_fetchers.pop(key, None) or Fetcher(config)
+    wanted = [(offsets.topic, offsets.partition, offsets.start, offsets.end) for offsets in ranges]
+    try:
+        fetching = fetcher.read(wanted, stall_timeout_s, clock)
+        while True:
+            try:
+                topic, partition, taken = next(fetching)
+            except StopIteration as finished:
+                left: list[tuple[str, int, int, int]] = finished.value
+                break
+            with clock.stage("arrow"):
+                batch = batch_of_columns(taken, topic, partition)
+            yield batch
+    except BaseException:
+        fetcher.close()  # a failed fetcher is not lent again
+        raise
+    _idle_fetchers[key] = fetcher
+    for topic, partition, start, end in left:  # batches of a message format before v2
+        yield from read_range(config, OffsetRange(topic, partition, start, end), stall_timeout_s, clock)
 
 
 def limit_offsets(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
@@ -244,7 +281,10 @@ def checkout_consumer(config: Mapping[str, Any]) -> tuple[str, Consumer]:
 
 
 def read_range(
-    config: Mapping[str, Any], offsets: InputPartition, stall_timeout_s: float
+    config: Mapping[str, Any],
+    offsets: InputPartition,
+    stall_timeout_s: float,
+    clock: StageClock | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the committed records of `offsets` as Arrow batches.
 
@@ -254,11 +294,11 @@ def read_range(
     if not isinstance(offsets, OffsetRange):
         return  # Spark plans one empty partition when there is nothing to read
     with collector_paused():
-        yield from _read_assigned(config, offsets, stall_timeout_s)
+        yield from _read_assigned(config, offsets, stall_timeout_s, clock or StageClock("read"))
 
 
 def _read_assigned(
-    config: Mapping[str, Any], offsets: OffsetRange, stall_timeout_s: float
+    config: Mapping[str, Any], offsets: OffsetRange, stall_timeout_s: float, clock: StageClock
 ) -> Iterator[pa.RecordBatch]:
     key, consumer = checkout_consumer(config)
     consumer.assign([TopicPartition(offsets.topic, offsets.partition, offsets.start)])
@@ -270,7 +310,8 @@ def _read_assigned(
             # consume() returns early only once it has as many messages as asked for, else at its
             # timeout: ask for no more than the range can still hold, and wait briefly.
             wanted = min(ROWS_PER_ARROW_BATCH, max(offsets.end - position, 1))
-            messages = consumer.consume(num_messages=wanted, timeout=CONSUME_WAIT_S)
+            with clock.stage("fetch"):
+                messages = consumer.consume(num_messages=wanted, timeout=CONSUME_WAIT_S)
             records, done = records_before(messages, offsets.end)
             if records:
                 pending += records
@@ -284,8 +325,10 @@ def _read_assigned(
                     f"[{offsets.start}, {offsets.end}) for {stall_timeout_s:.0f} s"
                 )
             if len(pending) >= ROWS_PER_ARROW_BATCH or (done and pending):
-                yield to_arrow(pending, offsets.topic, offsets.partition)
+                with clock.stage("arrow"):
+                    batch = to_arrow(pending, offsets.topic, offsets.partition)
                 pending = []
+                yield batch
             if done:
                 break
     except BaseException:
