@@ -102,8 +102,11 @@ def run(
     workdir: Path,
     regressions: Path | None,
     recorded: list[bytes] | None = None,
+    replay_first: bool = False,
 ) -> FuzzReport:
     """Fuzz a new broker for `seconds`; `recorded` frames, or those real clients send now.
+    With `replay_first`, every seed goes out once as recorded before any mutation: every API
+    the clients use is served at least once, however few requests a loaded machine gets through.
 
     The frames already saved in `regressions` join the seeds, so known crashers are replayed.
     """
@@ -131,7 +134,7 @@ def run(
             report.corpus_frames = len(frames.frames)
             report.corpus_api_keys = sorted(frames.api_keys())
             seeds = [make_seed(frame) for frame in frames.frames + load_regressions(regressions)]
-            fuzzer = _Fuzzer(broker, seeds, seed, report, regressions)
+            fuzzer = _Fuzzer(broker, seeds, seed, report, regressions, replay_first)
             asyncio.run(fuzzer.run(seconds, connections, proxy.address, sentinel.topic))
             report.sentinel_intact = sentinel.reads_back(proxy.address)
             broker.kill()
@@ -215,12 +218,11 @@ class _Fuzzer:
         seed: int,
         report: FuzzReport,
         regressions: Path | None,
+        replay_first: bool,
     ) -> None:
         self.broker = broker
         self.seeds = seeds
-        # Each seed goes out once as recorded before any mutation: every API the clients use
-        # has been served at least once, however few requests a loaded machine gets through.
-        self.unplayed = deque(seeds)
+        self.unplayed = deque(seeds if replay_first else ())  # sent as recorded, first
         self.seed = seed
         self.report = report
         self.regressions = regressions
