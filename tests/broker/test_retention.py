@@ -26,7 +26,8 @@ def test_retention_bytes_deletes_old_segments(tmp_path: Path) -> None:
             assert wire.list_offset("short", 0) == 60
         segments = list((tmp_path / "short-0").glob("*.log"))
         assert len(segments) >= 2
-        assert min(int(path.stem) for path in segments) == earliest > 0
+        # A later check may still delete one more segment before the broker stops: never fewer.
+        assert min(int(path.stem) for path in segments) >= earliest > 0
 
 
 def test_retention_ms_keeps_recent_data(tmp_path: Path) -> None:

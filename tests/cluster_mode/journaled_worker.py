@@ -18,6 +18,7 @@ import time
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
+from onceflow.client_watchdog import exit_if_stuck
 from tests.support import records_or_exit
 
 ABORT_EVERY = 5
@@ -66,9 +67,10 @@ def main(bootstrap: str, group: str, transactional_id: str, journal_path: str) -
                 journal.write(f"abort {token}\n")
                 _rewind(consumer, messages)  # their input is processed again
                 continue
-            producer.send_offsets_to_transaction(
-                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
-            )
+            with exit_if_stuck(30, "send_offsets_to_transaction"):
+                producer.send_offsets_to_transaction(
+                    consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+                )
             producer.commit_transaction(30)
             journal.write(f"commit {token}\n")
 

@@ -1,16 +1,21 @@
 """ZooKeeper out of reach (SIGSTOPped) costs a broker nothing it can do without it: an
 InitProducerId that needs a new block of producer ids is answered COORDINATOR_LOAD_IN_PROGRESS at
-once, and every other client keeps being served; once ZooKeeper is back the ids come."""
+once, and every other client keeps being served; once ZooKeeper is back the ids come. A topic
+whose creation was in flight when the connection dropped is created once it is back."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import pytest
+from kazoo.client import KazooState
 from kio.schema.errors import ErrorCode
 
 from onceflow.broker.producer_ids import BLOCK_SIZE
+from onceflow.cluster.zk import ZooKeeperCluster
+from onceflow.cluster.zookeeper_server import ZooKeeperServer
 from onceflow.faults.broker_process import paused
 from tests.cluster_mode.conftest import Cluster, create_assigned_topic
 from tests.conftest import wait_until
@@ -69,3 +74,30 @@ def test_init_producer_id_during_a_zookeeper_outage_keeps_the_broker_serving(clu
         producing.stop.set()
         producing.join(10)
     assert producing.slowest < MAX_WAIT_S, f"a produce waited {producing.slowest:.2f} s"
+
+
+def test_a_topic_created_while_the_zookeeper_connection_drops_is_created_once_it_is_back() -> None:
+    """The write is in flight when ZooKeeper stops answering; the connection drops (a
+    ConnectionLoss, which leaves it unknown whether the write happened) and comes back. Before,
+    the ConnectionLoss ended CreateTopics with an internal error and a closed connection."""
+    with ZooKeeperServer() as zookeeper:
+        assert zookeeper.process is not None
+        cluster = ZooKeeperCluster(zookeeper.connect_string, 1, 2000, 10_000, False, lambda view: None)
+        cluster.client.start(30)
+        for parent in ("/config/topics", "/brokers/topics"):  # as a broker's join makes them
+            cluster.client.ensure_path(parent)
+
+        async def create_across_the_drop() -> None:
+            with paused([zookeeper.process]):
+                creating = asyncio.ensure_future(cluster.create_topic("orders", ((1,),), {}))
+                while cluster.client.state == KazooState.CONNECTED:
+                    await asyncio.sleep(0.05)
+            topic_id = await asyncio.wait_for(creating, 60)
+            stored = await asyncio.to_thread(cluster.topic_id, "orders")
+            assert stored == topic_id
+
+        try:
+            asyncio.run(create_across_the_drop())
+        finally:
+            cluster.client.stop()
+            cluster.client.close()

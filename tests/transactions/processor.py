@@ -13,6 +13,7 @@ import time
 
 from confluent_kafka import Consumer, Producer
 
+from onceflow.client_watchdog import exit_if_stuck
 from tests.support import records_or_exit
 
 PROCESSING_S = 0.05
@@ -60,7 +61,8 @@ def main(
         time.sleep(PROCESSING_S)
         offsets = consumer.position(consumer.assignment())
         if mode == "exactly-once":
-            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+            with exit_if_stuck(30, "send_offsets_to_transaction"):
+                producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(30)
         else:
             producer.commit_transaction(30)

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.apis.common import Request
 from onceflow.broker.described_configs import topic_entries
 from onceflow.cluster.controller import ReplicationFactorError, assign_replicas
-from onceflow.cluster.errors import TopicExistsError
+from onceflow.cluster.errors import ClusterError, TopicExistsError
 from onceflow.log.config import LogConfig
 from onceflow.log.errors import LogError
 from onceflow.log.manager import NewPartitions, topic_collision
@@ -63,6 +63,8 @@ async def _create_in_cluster(request: Request) -> Any:
                 result["topic_id"] = await cluster.create_topic(topic.name, replicas, configs)
             except TopicExistsError as error:
                 result = _failed(topic.name, ErrorCode.topic_already_exists, str(error))
+            except ClusterError as error:
+                result = _failed(topic.name, ErrorCode.request_timed_out, str(error))
             else:
                 if not await cluster.wait_for_leaders(topic.name, body.timeout.total_seconds()):
                     result = _failed(

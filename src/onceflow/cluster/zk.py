@@ -28,6 +28,7 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from onceflow.cluster.controller import (
     CREATE,
@@ -466,7 +467,13 @@ class ZooKeeperCluster:
     ) -> uuid.UUID:
         """Write the topic's configs and assignment; the controller then elects its leaders."""
         assignment = TopicAssignment(uuid.uuid4(), replicas)
-        await asyncio.to_thread(self._create_topic, topic, assignment, configs)
+        # A lost connection leaves the write unknown: it is sent again (as Kafka's ZooKeeper
+        # client resends) until the session is back, and a topic found with our own id is ours.
+        retry = KazooRetry(max_tries=-1, max_delay=1.0, deadline=self._session_timeout_s * 3)
+        try:
+            await asyncio.to_thread(retry, self._create_topic, topic, assignment, configs)
+        except (KazooException, KazooTimeoutError) as error:
+            raise ClusterError(f"writing topic {topic!r} to ZooKeeper failed: {reason(error)}") from error
         return assignment.topic_id
 
     def _create_topic(self, topic: str, assignment: TopicAssignment, configs: Mapping[str, str]) -> None:
@@ -475,10 +482,20 @@ class ZooKeeperCluster:
         transaction.create(topic_path(topic), assignment.encode())
         results = transaction.commit()
         if any(isinstance(result, NodeExistsError) for result in results):
+            if self.topic_id(topic) == assignment.topic_id:
+                return  # an earlier attempt's write, its answer lost with the connection
             raise TopicExistsError(f"topic {topic!r} already exists")
         for result in results:
             if isinstance(result, Exception):
                 raise result
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The id ZooKeeper holds for `topic` (None: no such topic). A round trip: blocks."""
+        try:
+            data, _ = self._client.get(topic_path(topic))
+        except NoNodeError:
+            return None
+        return TopicAssignment.decode(data).topic_id
 
     async def add_partitions(self, topic: str, assignment: TopicAssignment) -> None:
         """Replace the topic's assignment by one with more partitions, a compare-and-set on the

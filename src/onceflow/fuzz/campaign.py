@@ -19,7 +19,6 @@ import contextlib
 import hashlib
 import random
 import re
-import struct
 import time
 import uuid
 from collections import Counter, OrderedDict, deque
@@ -32,14 +31,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from onceflow.faults.broker_process import BrokerProcess
 from onceflow.faults.proxy import FaultPlan, FaultProxy
 from onceflow.fuzz import corpus
+from onceflow.fuzz.frames import INT32, read_frame, responds
 from onceflow.fuzz.mutate import MUTATIONS, Seed, make_seed
 
-_INT32 = struct.Struct(">i")
-_API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 0x7EADBEEF, -1)
 _INTERNAL_ERROR = re.compile(r"closing connection from \('127\.0\.0\.1', (\d+)\) after an internal error")
 SENTINEL_RECORDS = 300
 RESPONSE_TIMEOUT_S = 1.0
 PROBE_TIMEOUT_S = 15.0
+RETRY_PROBE_S = 0.2
 MONITOR_INTERVAL_S = 0.5
 PROGRESS_INTERVAL_S = 30.0
 JANITOR_INTERVAL_S = 10.0
@@ -102,8 +101,11 @@ def run(
     workdir: Path,
     regressions: Path | None,
     recorded: list[bytes] | None = None,
+    replay_first: bool = False,
 ) -> FuzzReport:
     """Fuzz a new broker for `seconds`; `recorded` frames, or those real clients send now.
+    With `replay_first`, every seed goes out once as recorded before any mutation: every API
+    the clients use is served at least once, however few requests a loaded machine gets through.
 
     The frames already saved in `regressions` join the seeds, so known crashers are replayed.
     """
@@ -131,7 +133,7 @@ def run(
             report.corpus_frames = len(frames.frames)
             report.corpus_api_keys = sorted(frames.api_keys())
             seeds = [make_seed(frame) for frame in frames.frames + load_regressions(regressions)]
-            fuzzer = _Fuzzer(broker, seeds, seed, report, regressions)
+            fuzzer = _Fuzzer(broker, seeds, seed, report, regressions, replay_first)
             asyncio.run(fuzzer.run(seconds, connections, proxy.address, sentinel.topic))
             report.sentinel_intact = sentinel.reads_back(proxy.address)
             broker.kill()
@@ -215,12 +217,11 @@ class _Fuzzer:
         seed: int,
         report: FuzzReport,
         regressions: Path | None,
+        replay_first: bool,
     ) -> None:
         self.broker = broker
         self.seeds = seeds
-        # Each seed goes out once as recorded before any mutation: every API the clients use
-        # has been served at least once, however few requests a loaded machine gets through.
-        self.unplayed = deque(seeds)
+        self.unplayed = deque(seeds if replay_first else ())  # sent as recorded, first
         self.seed = seed
         self.report = report
         self.regressions = regressions
@@ -308,7 +309,7 @@ class _Fuzzer:
                 frames, mutation_name = mutation(rng, seed, self.seeds), mutation.__name__
             for frame in frames:
                 recent.append(frame)
-                writer.write(_INT32.pack(len(frame)) + frame)
+                writer.write(INT32.pack(len(frame)) + frame)
             # Last used, last in line: a crash's suspects are the frames sent just before it,
             # and a connection opened long ago may have sent one a moment ago.
             self._remember(port, recent)
@@ -318,7 +319,7 @@ class _Fuzzer:
             try:
                 await writer.drain()
                 for _ in frames:
-                    await asyncio.wait_for(_read_frame(reader), RESPONSE_TIMEOUT_S)
+                    await asyncio.wait_for(read_frame(reader), RESPONSE_TIMEOUT_S)
                     report.responses += 1
             except (asyncio.IncompleteReadError, ConnectionError):
                 report.connections_closed_by_broker += 1
@@ -335,7 +336,7 @@ class _Fuzzer:
             self.recent.popitem(last=False)
 
     async def _wait_for_broker(self) -> None:
-        while not self.stopping and not await _responds(self.broker.port, 1.0):
+        while not self.stopping and not await responds(self.broker.port, 1.0):
             await self.running.wait()
             await asyncio.sleep(0.1)  # back off while the broker restarts
 
@@ -344,11 +345,13 @@ class _Fuzzer:
         event loop held past BLOCKED_S, or memory grown past MEMORY_GROWTH_BYTES, is found too."""
         alive = self.broker.process is not None and self.broker.process.poll() is None
         started = time.perf_counter()
-        # Two probes in a row: on a loaded machine one answer can be late without a hang.
-        answers = alive and await _responds(self.broker.port, PROBE_TIMEOUT_S)
+        answers = alive and await responds(self.broker.port, PROBE_TIMEOUT_S)
         took = time.perf_counter() - started
-        if alive and not answers:
-            answers = await _responds(self.broker.port, PROBE_TIMEOUT_S)
+        # A probe refused or cut at once (the fuzzing connections came first) is asked again
+        # until PROBE_TIMEOUT_S has passed: only a broker silent that long has stopped answering.
+        while alive and not answers and time.perf_counter() - started < PROBE_TIMEOUT_S:
+            await asyncio.sleep(RETRY_PROBE_S)
+            answers = await responds(self.broker.port, PROBE_TIMEOUT_S)
         if not answers:
             await self._crashed("exited" if not alive else "stopped answering")
         else:
@@ -390,7 +393,7 @@ class _Fuzzer:
             if (
                 self.broker.process is None
                 or self.broker.process.poll() is not None
-                or not await _responds(self.broker.port, PROBE_TIMEOUT_S)
+                or not await responds(self.broker.port, PROBE_TIMEOUT_S)
             ):
                 culprit = frame
                 await asyncio.to_thread(self._restart)
@@ -482,11 +485,6 @@ def _last_line_after(text: str, start: int) -> str:
     return "unknown"
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
-    prefix = await reader.readexactly(4)
-    return await reader.readexactly(_INT32.unpack(prefix)[0])
-
-
 async def _send_one(port: int, frame: bytes) -> int | None:
     """Send one frame on a fresh connection and wait for its answer or for the connection to close.
     Returns the connection's local port (the one the broker's log names), None if none opened."""
@@ -495,9 +493,9 @@ async def _send_one(port: int, frame: bytes) -> int | None:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
         local_port = int(writer.get_extra_info("sockname")[1])
         try:
-            writer.write(_INT32.pack(len(frame)) + frame)
+            writer.write(INT32.pack(len(frame)) + frame)
             await writer.drain()
-            await asyncio.wait_for(_read_frame(reader), 3)
+            await asyncio.wait_for(read_frame(reader), 3)
         finally:
             writer.transport.abort()
     return local_port
@@ -511,20 +509,3 @@ def _resident_bytes(pid: int) -> int | None:
     except OSError:
         pass  # restarting
     return None
-
-
-async def _responds(port: int, timeout_s: float) -> bool:
-    """Does the broker answer an ApiVersions request on a new connection?"""
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout_s)
-    except (OSError, TimeoutError):
-        return False
-    try:
-        writer.write(_INT32.pack(len(_API_VERSIONS_V0)) + _API_VERSIONS_V0)
-        await writer.drain()
-        await asyncio.wait_for(_read_frame(reader), timeout_s)
-        return True
-    except (OSError, TimeoutError, asyncio.IncompleteReadError):
-        return False
-    finally:
-        writer.transport.abort()

@@ -14,7 +14,6 @@ A broker that exits or stops answering is a crash; a traceback in its log an int
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import struct
 import time
@@ -25,12 +24,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.faults.broker_process import BrokerProcess
+from onceflow.fuzz.frames import INT32, read_frame, responds
 from onceflow.fuzz.mutate import MUTATIONS, Seed, make_seed
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import decode_response, encode_request, request_type
 
-_INT32 = struct.Struct(">i")
-_API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 0x7EADBEEF, -1)
 BEFORE_AUTHENTICATION = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
 RESPONSE_TIMEOUT_S = 1.0
 PROBE_TIMEOUT_S = 15.0
@@ -109,7 +107,9 @@ class _Campaign:
         process = self.broker.process
         if process is None or process.poll() is not None:
             return False
-        return await _responds(self.broker.port) or await _responds(self.broker.port)
+        return await responds(self.broker.port, PROBE_TIMEOUT_S) or await responds(
+            self.broker.port, PROBE_TIMEOUT_S
+        )
 
     async def _worker(self, index: int, authenticated: bool) -> None:
         rng = random.Random(f"{self.seed}:{index}")
@@ -144,13 +144,13 @@ class _Campaign:
             # One frame at a time, so that each answer belongs to the frame just sent.
             frame = rng.choice(MUTATIONS)(rng, seed, self.seeds)[0]
             api_key = struct.unpack_from(">h", frame)[0] if len(frame) >= 2 else -1
-            writer.write(_INT32.pack(len(frame)) + frame)
+            writer.write(INT32.pack(len(frame)) + frame)
             if authenticated:
                 report.sent_authenticated += 1
             else:
                 report.sent_unauthenticated += 1
             await writer.drain()
-            await asyncio.wait_for(_read_frame(reader), RESPONSE_TIMEOUT_S)
+            await asyncio.wait_for(read_frame(reader), RESPONSE_TIMEOUT_S)
             if authenticated:
                 report.answered_authenticated += 1
             elif api_key in BEFORE_AUTHENTICATION:
@@ -187,28 +187,5 @@ async def _call(
     )
     writer.write(encode_request(header, body))
     await writer.drain()
-    frame = await asyncio.wait_for(_read_frame(reader), PROBE_TIMEOUT_S)
+    frame = await asyncio.wait_for(read_frame(reader), PROBE_TIMEOUT_S)
     return decode_response(api_key, version, frame)[1]
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
-    prefix = await reader.readexactly(4)
-    return await reader.readexactly(_INT32.unpack(prefix)[0])
-
-
-async def _responds(port: int) -> bool:
-    """Whether the broker answers ApiVersions (allowed before authentication) on a new connection."""
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), PROBE_TIMEOUT_S)
-    except (OSError, TimeoutError):
-        return False
-    try:
-        writer.write(_INT32.pack(len(_API_VERSIONS_V0)) + _API_VERSIONS_V0)
-        await writer.drain()
-        await asyncio.wait_for(_read_frame(reader), PROBE_TIMEOUT_S)
-        return True
-    except (OSError, TimeoutError, asyncio.IncompleteReadError):
-        return False
-    finally:
-        with contextlib.suppress(Exception):
-            writer.transport.abort()

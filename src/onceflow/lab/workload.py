@@ -38,6 +38,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from onceflow.client_watchdog import exit_if_stuck
 from onceflow.lab.history import HistoryWriter
 from onceflow.lab.presets import PRESETS, Preset
 
@@ -229,7 +230,8 @@ def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter, cr
             producer.flush(60)
             crash.reached(BEFORE_COMMIT, history)
             try:
-                producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+                with exit_if_stuck(30, "send_offsets_to_transaction"):
+                    producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
             except KafkaException as error:  # a zombie's successor fenced it
                 outcome = _failed_outcome(error)
                 history.record("txn", topic=args.output, outcome=outcome, values=sorted(values))
