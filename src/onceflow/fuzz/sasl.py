@@ -32,6 +32,7 @@ from onceflow.protocol.codec import decode_response, encode_request, request_typ
 BEFORE_AUTHENTICATION = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
 RESPONSE_TIMEOUT_S = 1.0
 PROBE_TIMEOUT_S = 15.0
+LONGEST_RUN = 10  # times `seconds`, however few frames were sent by then
 USER, PASSWORD = "fuzzer", "fuzzer-secret"
 
 
@@ -64,8 +65,12 @@ def broker_settings() -> dict[str, str]:
     }
 
 
-def run(seconds: float, seed: int, connections: int, workdir: Path, recorded: list[bytes]) -> SaslFuzzReport:
-    """Fuzz a new broker's SASL listener for `seconds`, half the connections unauthenticated."""
+def run(
+    seconds: float, seed: int, connections: int, workdir: Path, recorded: list[bytes], min_sent: int = 0
+) -> SaslFuzzReport:
+    """Fuzz a new broker's SASL listener for `seconds`, half the connections unauthenticated,
+    and on until each half sent `min_sent` frames (a loaded machine sends fewer a second), at
+    most `LONGEST_RUN` times as long."""
     workdir.mkdir(parents=True, exist_ok=True)
     broker = BrokerProcess(
         workdir / "data", broker_settings(), workdir / "broker.log", listener="SASL_PLAINTEXT"
@@ -74,7 +79,7 @@ def run(seconds: float, seed: int, connections: int, workdir: Path, recorded: li
     report = SaslFuzzReport()
     try:
         seeds = [make_seed(frame) for frame in recorded]
-        asyncio.run(_Campaign(broker, seeds, seed, report).run(seconds, connections))
+        asyncio.run(_Campaign(broker, seeds, seed, report).run(seconds, connections, min_sent))
         report.internal_errors = broker.log_path.read_text(errors="replace").count("Traceback")
     finally:
         broker.kill()
@@ -89,11 +94,18 @@ class _Campaign:
         self.report = report
         self.stopping = False
 
-    async def run(self, seconds: float, connections: int) -> None:
+    async def run(self, seconds: float, connections: int, min_sent: int) -> None:
         started = time.monotonic()
         workers = [asyncio.create_task(self._worker(index, index % 2 == 1)) for index in range(connections)]
+        report = self.report
+
+        def going_on() -> bool:
+            elapsed = time.monotonic() - started
+            too_few = min(report.sent_authenticated, report.sent_unauthenticated) < min_sent
+            return elapsed < seconds or (too_few and elapsed < LONGEST_RUN * seconds)
+
         try:
-            while time.monotonic() - started < seconds:
+            while going_on():
                 await asyncio.sleep(0.5)
                 if not await self._alive():
                     self.report.crashes += 1
