@@ -10,6 +10,7 @@ defines API_KEY is registered by being here.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import pkgutil
 import time
@@ -50,16 +51,26 @@ def is_supported(api_key: int, api_version: int) -> bool:
 
 # API keys whose handler raises: a planted bug (failpoint api.raise.K) for the fuzzer's tests.
 _RAISING = frozenset(int(key) for key in failpoints.armed_with_prefix("api.raise."))
-# API keys whose handler holds the event loop for 2 s: a planted stall for the fuzzer's monitor.
+# API keys whose handler holds the event loop for 2 s, three times with a short gap between: a
+# planted stall for the fuzzer's monitor, which probes every half second and counts a held loop
+# only when two probes in a row waited (one slow probe is also what a loaded machine gives).
 _BLOCKING = frozenset(int(key) for key in failpoints.armed_with_prefix("api.block."))
 PLANTED_STALL_S = 2.0
+PLANTED_STALLS = 3
+PLANTED_GAP_S = 0.3
+
+
+def _hold_the_loop(times: int) -> None:
+    time.sleep(PLANTED_STALL_S)
+    if times > 1:  # the loop runs between two holds: a probe may be answered there
+        asyncio.get_running_loop().call_later(PLANTED_GAP_S, _hold_the_loop, times - 1)
 
 
 def dispatch(request: Request) -> Reply:
     if request.api_key in _RAISING:
         raise RuntimeError(f"failpoint api.raise.{request.api_key}")
     if request.api_key in _BLOCKING:
-        time.sleep(PLANTED_STALL_S)
+        _hold_the_loop(PLANTED_STALLS)
     broker = request.broker
     handle = HANDLERS[request.api_key].handle
     reply = handle(request) if broker.authorizer is None else authorized(request, handle)
