@@ -149,7 +149,11 @@ def test_record_errors_name_the_records_a_compacted_topic_refuses(broker: Broker
     assert sorted(index for index, code in outcomes.items() if code == KafkaError.INVALID_RECORD) == list(
         range(7, 100, 10)
     )
-    assert sum(code == KafkaError._INVALID_DIFFERENT_RECORD for code in outcomes.values()) == 90
+    # On a loaded machine the client may split the 100 records into several batches: the others are
+    # written (a batch without a keyless record) or refused as its batch-mates, and some are refused.
+    others = [code for index, code in outcomes.items() if index % 10 != 7]
+    assert len(others) == 90 and set(others) <= {0, KafkaError._INVALID_DIFFERENT_RECORD}
+    assert KafkaError._INVALID_DIFFERENT_RECORD in others
 
 
 @pytest.mark.parametrize("codec", _CODECS)
