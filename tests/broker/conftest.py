@@ -16,8 +16,8 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     found: list[int] = []
     original = fetch._read
 
-    def counting(request: Any, topics: Any) -> Any:
-        result = original(request, topics)
+    def counting(request: Any, topics: Any, session: Any) -> Any:
+        result = original(request, topics, session)
         found.append(result[1])
         return result
 

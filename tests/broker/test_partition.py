@@ -4,7 +4,11 @@ KIP-497 window, on real logs."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
+from onceflow.broker.core import Broker
+from onceflow.broker.fetch_sessions import WantedPartition
 from onceflow.broker.partition import Partition
 from onceflow.cluster.controller import next_state
 from onceflow.cluster.znodes import PartitionState
@@ -152,3 +156,39 @@ def test_lagging_followers_are_those_not_caught_up_for_the_lag_time(tmp_path: Pa
     # Follower 2 last caught up when the leadership began; 4 never fetched at all.
     assert leader.lagging(lag_ms=500, now_ms=2_400) == [2, 4]
     assert leader.lagging(lag_ms=500, now_ms=1_400) == []
+
+
+def test_a_session_partition_the_follower_has_all_of_is_skipped_only_while_nothing_moved(
+    tmp_path: Path,
+) -> None:
+    # `Broker.follower_caught_up` on a stand-in broker holding one partition led here.
+    log = open_log(tmp_path / "leader")
+    partition = leading(log, isr=(LEADER, FOLLOWER))
+    write(log, 2)
+    broker = SimpleNamespace(
+        _partitions={("t", 0): partition},
+        logs=SimpleNamespace(get=lambda topic, index: log),
+        follower_fetched=lambda topic, index, replica, offset: partition.follower_fetched(replica, offset, 0),
+    )
+    wanted = WantedPartition(0, fetch_offset=2, partition_max_bytes=100, current_leader_epoch=1)
+
+    def skipped() -> bool:
+        return Broker.follower_caught_up(cast(Broker, broker), "t", FOLLOWER, wanted) is log
+
+    assert not skipped()  # nothing answered for it yet
+    wanted.sent = (0, 0, 0)
+    assert not skipped()  # its fetch moved the high watermark to 2: news
+    assert partition.high_watermark() == 2
+    wanted.sent = (2, 2, 0)
+    assert skipped()
+    wanted.current_leader_epoch = 0
+    assert not skipped()  # fenced: the full read answers the error
+    wanted.current_leader_epoch = 1
+    write(log)
+    assert not skipped()  # records to copy
+    wanted.fetch_offset = 3
+    assert not skipped()  # the high watermark moves to 3
+    wanted.sent = (3, 3, 0)
+    assert skipped()
+    partition.make_follower(3, 2, (LEADER, FOLLOWER, 3), (3,), isr_version=6)
+    assert not skipped()  # led elsewhere now

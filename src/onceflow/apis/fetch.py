@@ -65,7 +65,7 @@ def handle(request: Request) -> Any:
             throttle_time=0, error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=[]
         )
     topics = body.topics if session is None else session.topics()
-    responses, size, reads = _read(request, topics)
+    responses, size, reads = _read(request, topics, session)
     max_wait_ms = body.max_wait.total_seconds() * 1000
     if _enough(request, responses, size) or max_wait_ms <= 0:
         return _respond(request, responses, session)
@@ -91,11 +91,11 @@ async def _long_poll(
         if remaining <= 0:
             break
         await request.broker.wait_for_data(reads, remaining, seen, follower)
-        responses, size, reads = _read(request, topics)
+        responses, size, reads = _read(request, topics, session)
         seen = request.broker.read_positions(reads, follower)
         if _enough(request, responses, size):
             return _respond(request, responses, session)
-    return _respond(request, _read(request, topics)[0], session)
+    return _respond(request, _read(request, topics, session)[0], session)
 
 
 def _enough(request: Request, responses: list[dict[str, Any]], size: int) -> bool:
@@ -138,10 +138,10 @@ def _respond(request: Request, responses: list[dict[str, Any]], session: FetchSe
 
 
 def _read(
-    request: Request, topics: Any
+    request: Request, topics: Any, session: FetchSession | None
 ) -> tuple[list[dict[str, Any]], int, list[tuple[str, int, PartitionLog]]]:
-    """The response's topics for the requested `topics`, the bytes of records in them, and the
-    partitions read, with their logs."""
+    """The response's topics for the requested `topics` (`session`'s partitions in a session
+    fetch), the bytes of records in them, and the partitions read, with their logs."""
     body = request.body
     broker = request.broker
     logs = broker.logs
@@ -168,6 +168,11 @@ def _read(
             continue
         partitions = []
         for wanted in topic.partitions:
+            if session is not None:
+                caught_up = broker.follower_caught_up(name, replica_id, wanted)
+                if caught_up is not None:  # nothing new to answer for it (`FetchSession.changes`)
+                    reads.append((name, wanted.partition, caught_up))
+                    continue
             # In a cluster only the partition's leader answers fetches.
             if broker.leader_elsewhere(name, wanted.partition):
                 moved = _partition_error(wanted.partition, ErrorCode.not_leader_or_follower)

@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.coordinator_shards import CoordinatorShards, Shard
-from onceflow.broker.fetch_sessions import FetchSessions
+from onceflow.broker.fetch_sessions import FetchSessions, WantedPartition
 from onceflow.broker.markers import BrokerTransactionPartitions, CoordinatorFencedError
 from onceflow.broker.metrics import (
     STAGE_HW_TO_FETCH_WAKEUP,
@@ -690,6 +690,30 @@ class Broker:
             self._wake_fetches([partition.log])  # consumers at the high watermark, and acks=all produces
         if joining is not None:
             self._change_isr(partition, joining)
+
+    def follower_caught_up(self, topic: str, replica_id: int, wanted: WantedPartition) -> PartitionLog | None:
+        """A partition of a follower's session that it has all of: its log when this broker
+        leads it at the epoch the follower names, the follower is at the log end, and the high
+        watermark, last stable offset and log start are still those last answered; None
+        otherwise. The fetch then counts the follower as caught up and has nothing to tell it:
+        skipping the full read keeps a session's idle partitions cheap on every fetch."""
+        index, fetch_offset = wanted.partition, wanted.fetch_offset
+        partition = self._partitions.get((topic, index))
+        if (
+            wanted.sent is None
+            or partition is None
+            or not partition.is_leader
+            or partition.leader_epoch != wanted.current_leader_epoch
+            or replica_id not in partition.replicas
+        ):
+            return None
+        partition_log = partition.log
+        if fetch_offset != partition_log.log_end_offset or self.logs.get(topic, index) is not partition_log:
+            return None
+        self.follower_fetched(topic, index, replica_id, fetch_offset)
+        high_watermark = partition.high_watermark()
+        lso = partition_log.last_stable_offset(high_watermark)
+        return partition_log if (high_watermark, lso, partition_log.log_start_offset) == wanted.sent else None
 
     def _change_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
         """Write the partition's new ISR to ZooKeeper (a compare-and-set on the state this broker
