@@ -3,6 +3,7 @@ KIP-497 window, on real logs."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
@@ -192,3 +193,24 @@ def test_a_session_partition_the_follower_has_all_of_is_skipped_only_while_nothi
     assert skipped()
     partition.make_follower(3, 2, (LEADER, FOLLOWER, 3), (3,), isr_version=6)
     assert not skipped()  # led elsewhere now
+
+
+def test_waits_are_woken_only_when_the_high_watermark_moved(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "leader")
+    partition = leading(log, isr=(LEADER, FOLLOWER))
+    loop = asyncio.new_event_loop()
+    try:
+        waiter: asyncio.Future[float | None] = loop.create_future()
+        partition.waiters.add(waiter)
+        partition.wake_if_moved(1.0)
+        assert waiter.done()  # the first look: nothing known of the waits yet
+        waiter = loop.create_future()
+        partition.waiters.add(waiter)
+        write(log, 2)  # flushed, but the follower has not fetched it
+        partition.wake_if_moved(2.0)
+        assert not waiter.done()
+        partition.follower_fetched(FOLLOWER, 2, now_ms=0)
+        partition.wake_if_moved(3.0)
+        assert waiter.result() == 3.0 and not partition.waiters
+    finally:
+        loop.close()

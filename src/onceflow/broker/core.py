@@ -1043,12 +1043,12 @@ class Broker:
 
     def _wake_fetches(self, logs: Collection[DurableLog]) -> None:
         """The high watermarks of `logs` may have moved: wake the fetches and the acks=all
-        produces (cluster mode) waiting on them."""
+        produces (cluster mode, only where it did move) waiting on them."""
         woken_at = time.perf_counter()
         for flushed in logs:
             partition = self._partitions_by_log.get(flushed)
             if partition is not None and partition.waiters:
-                partition.wake(woken_at)
+                partition.wake_if_moved(woken_at)
         _wake(self._fetch_waiters, logs, woken_at)
 
     async def _every(self, what: str, interval_s: float, step: Callable[[], Awaitable[None] | None]) -> None:

@@ -56,6 +56,7 @@ class Partition:
         self._high_watermark = 0
         # acks=all answers (and coordinator writes) waiting for the high watermark to move.
         self.waiters: set[asyncio.Future[float | None]] = set()
+        self._woken_at_high_watermark = -1  # by `wake_if_moved`
 
     @property
     def key(self) -> tuple[str, int]:
@@ -198,6 +199,15 @@ class Partition:
         return self._high_watermark
 
     # -- waits -------------------------------------------------------------------------------
+    def wake_if_moved(self, woken_at: float) -> None:
+        """Wake the waits if the high watermark moved since this last did: a flush or a
+        follower's report that leaves it where it was ends none of them (each waits for it to
+        pass an offset it had not reached, and a change of role wakes them with `wake`)."""
+        high_watermark = self.high_watermark()
+        if high_watermark != self._woken_at_high_watermark:
+            self._woken_at_high_watermark = high_watermark
+            self.wake(woken_at)
+
     def wake(self, woken_at: float) -> None:
         """The high watermark may have moved, or the role changed: every wait looks again."""
         waiters, self.waiters = self.waiters, set()
