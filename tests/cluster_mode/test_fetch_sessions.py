@@ -240,7 +240,7 @@ class RecordingLink:
         self.session_id = session_id
         self.fetches: list[dict[str, Any]] = []
 
-    async def exchange(self, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+    async def fetch(self, fields: dict[str, Any]) -> Any:
         self.fetches.append(fields)
         return SimpleNamespace(error_code=ErrorCode.none, session_id=self.session_id, responses=[])
 
@@ -280,10 +280,10 @@ class ScriptedLink(RecordingLink):
         super().__init__(session_id)
         self.errors = errors
 
-    async def exchange(self, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+    async def fetch(self, fields: dict[str, Any]) -> Any:
         if not self.errors:
             raise ConnectionResetError("the test is over")
-        answer = await super().exchange(api_key, version, fields)
+        answer = await super().fetch(fields)
         answer.error_code = self.errors.pop(0)
         return answer
 

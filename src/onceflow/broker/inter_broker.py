@@ -11,11 +11,14 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.security import ClientSecurity
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import decode_response, encode_request, request_type
+from onceflow.protocol.fetch_answers import VERSION as FETCH_VERSION
+from onceflow.protocol.fetch_answers import FetchAnswer, read_fetch_answer
 from onceflow.security.scram import ScramClient
 from onceflow.security.session import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 _INT32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
+FETCH = 1
 # An answer larger than this is not one a broker sends (a follower asks for at most 10 MiB).
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
@@ -28,7 +31,7 @@ class Link(asyncio.BufferedProtocol):
     """A connection to another broker, one request at a time. Each answer is read straight
     into one buffer, reused from answer to answer: a follower's answers run to megabytes, and a
     stream reader would copy them twice more (into its buffer, and out of it). Reuse is safe as
-    an answer is decoded, its records copied out, before the next request goes."""
+    an answer is decoded, and a fetch's records appended, before the next request goes."""
 
     def __init__(self, sender_id: int) -> None:
         self.sender_id = sender_id
@@ -88,6 +91,23 @@ class Link(asyncio.BufferedProtocol):
     async def exchange(self, api_key: int, version: int, fields: dict[str, Any]) -> Any:
         """Send one request and return the body of its answer. Raises OSError when the
         connection fails, ValueError when the answer is not this request's or not readable."""
+        frame = await self._answer_to(api_key, version, fields)
+        with frame.toreadonly() as view:
+            answered_id, response = decode_response(api_key, version, view)
+        self._check_answered(answered_id)
+        return response
+
+    async def fetch(self, fields: dict[str, Any]) -> FetchAnswer:
+        """`exchange` for a follower's Fetch (v12), whose answer's records are views into this
+        link's buffer (`fetch_answers`): valid until the next request, which must wait until
+        they are appended."""
+        frame = await self._answer_to(FETCH, FETCH_VERSION, fields)
+        answered_id, answer = read_fetch_answer(frame.toreadonly())
+        self._check_answered(answered_id)
+        return answer
+
+    async def _answer_to(self, api_key: int, version: int, fields: dict[str, Any]) -> memoryview:
+        """Send one request; its answer's frame, in the link's buffer until the next request."""
         if self._lost is not None:
             raise ConnectionError(f"the connection is gone: {self._lost}")
         assert self._transport is not None and self._answer is None, "one request at a time"
@@ -105,14 +125,13 @@ class Link(asyncio.BufferedProtocol):
             # Requests are small (fetches, markers): the transport buffers what the socket
             # does not take at once, and the answer comes only after all of it anyway.
             self._transport.write(encode_request(header, body))
-            frame = await self._answer
+            return await self._answer
         finally:
             self._answer = None
-        with frame.toreadonly() as view:
-            answered_id, response = decode_response(api_key, version, view)
+
+    def _check_answered(self, answered_id: int) -> None:
         if answered_id != self._correlation_id:
             raise ValueError(f"answer {answered_id} to request {self._correlation_id}")
-        return response
 
     # -- asyncio.BufferedProtocol ------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -31,11 +31,10 @@ from onceflow.log.batch import BatchHeader, CorruptRecordError, validate_batches
 from onceflow.log.errors import LogError
 from onceflow.log.leader_epochs import UNDEFINED_EPOCH, UNDEFINED_OFFSET, truncation_point
 from onceflow.log.log import PartitionLog
+from onceflow.protocol.fetch_answers import FetchAnswer, PartitionAnswer
 
 log = logging.getLogger(__name__)
 
-FETCH = 1
-FETCH_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH = 23
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 FETCH_MAX_WAIT_MS = 500
@@ -146,7 +145,7 @@ class LeaderFetcher:
                     if followed is not None:
                         self._take(followed, fetched)
 
-    def _take(self, followed: FollowedPartition, fetched: Any) -> None:
+    def _take(self, followed: FollowedPartition, fetched: PartitionAnswer) -> None:
         """One partition's part of an answer; its failure is its own."""
         key = followed.key
         try:
@@ -164,7 +163,7 @@ class LeaderFetcher:
             # partitions first in it, so the others would wait while these have a backlog.
             self.partitions[key] = self.partitions.pop(key)
 
-    def _fetched(self, followed: FollowedPartition, answer: Any) -> bool:
+    def _fetched(self, followed: FollowedPartition, answer: PartitionAnswer) -> bool:
         """Apply one partition's answer: whether it brought records."""
         partition_log = followed.log
         if answer.error_code != ErrorCode.none:
@@ -186,7 +185,7 @@ class LeaderFetcher:
                 return False
             followed.retry_at = time.monotonic() + RETRY_AFTER_S
             return False
-        records = bytes(answer.records or b"")
+        records = answer.records or b""  # a view into the link's buffer (`Link.fetch`)
         try:
             headers = validate_batches(records)
         except CorruptRecordError as error:
@@ -261,7 +260,7 @@ class LeaderFetcher:
         link: Link,
         ready: list[FollowedPartition],
         wait_ms: int,
-    ) -> Any:
+    ) -> FetchAnswer:
         """Fetch the `ready` partitions: in a session, only those whose fetch offset moved
         (the leader's session holds the others'); a new session whenever the set changes."""
         epoch = self._session_epoch
@@ -271,9 +270,7 @@ class LeaderFetcher:
         held = self._session_offsets
         moved = [followed for followed in ready if held.get(followed.key) != offsets[followed.key]]
         fetching = moved if epoch > 0 else ready
-        answer = await link.exchange(
-            FETCH,
-            FETCH_VERSION,
+        answer = await link.fetch(
             {
                 "replica_id": self.broker_id,
                 "max_wait": wait_ms,
