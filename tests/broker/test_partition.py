@@ -167,19 +167,21 @@ def test_a_session_partition_the_follower_has_all_of_is_skipped_only_while_nothi
     partition = leading(log, isr=(LEADER, FOLLOWER))
     write(log, 2)
     broker = SimpleNamespace(
-        _partitions={("t", 0): partition},
-        logs=SimpleNamespace(get=lambda topic, index: log),
-        follower_fetched=lambda topic, index, replica, offset: partition.follower_fetched(replica, offset, 0),
+        _partitions={("t", 0): partition}, logs=SimpleNamespace(get=lambda topic, index: log)
     )
     wanted = WantedPartition(0, fetch_offset=2, partition_max_bytes=100, current_leader_epoch=1)
 
     def skipped() -> bool:
-        return Broker.follower_caught_up(cast(Broker, broker), "t", FOLLOWER, wanted) is log
+        """As a fetch's read: a partition not skipped is read in full, the follower's offset noted."""
+        if Broker.follower_caught_up(cast(Broker, broker), "t", FOLLOWER, wanted) is log:
+            return True
+        partition.follower_fetched(FOLLOWER, wanted.fetch_offset, now_ms=0)
+        return False
 
     assert not skipped()  # nothing answered for it yet
     wanted.sent = (0, 0, 0)
-    assert not skipped()  # its fetch moved the high watermark to 2: news
-    assert partition.high_watermark() == 2
+    assert partition.high_watermark() == 2  # the read above moved it: news
+    assert not skipped()
     wanted.sent = (2, 2, 0)
     assert skipped()
     wanted.current_leader_epoch = 0
@@ -188,9 +190,11 @@ def test_a_session_partition_the_follower_has_all_of_is_skipped_only_while_nothi
     write(log)
     assert not skipped()  # records to copy
     wanted.fetch_offset = 3
-    assert not skipped()  # the high watermark moves to 3
+    assert not skipped()  # where the follower fetches from now: the high watermark moves to 3
+    assert not skipped()  # 3 is news
     wanted.sent = (3, 3, 0)
     assert skipped()
+    assert partition.lagging(lag_ms=500, now_ms=10_000) == []  # a skipped fetch counts as caught up
     partition.make_follower(3, 2, (LEADER, FOLLOWER, 3), (3,), isr_version=6)
     assert not skipped()  # led elsewhere now
 

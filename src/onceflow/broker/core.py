@@ -697,23 +697,18 @@ class Broker:
         watermark, last stable offset and log start are still those last answered; None
         otherwise. The fetch then counts the follower as caught up and has nothing to tell it:
         skipping the full read keeps a session's idle partitions cheap on every fetch."""
-        index, fetch_offset = wanted.partition, wanted.fetch_offset
-        partition = self._partitions.get((topic, index))
-        if (
-            wanted.sent is None
-            or partition is None
-            or not partition.is_leader
-            or partition.leader_epoch != wanted.current_leader_epoch
-            or replica_id not in partition.replicas
-        ):
+        sent = wanted.sent
+        partition = self._partitions.get((topic, wanted.partition))
+        if sent is None or partition is None or partition.leader_epoch != wanted.current_leader_epoch:
             return None
         partition_log = partition.log
-        if fetch_offset != partition_log.log_end_offset or self.logs.get(topic, index) is not partition_log:
+        if self.logs.get(topic, wanted.partition) is not partition_log:
             return None
-        self.follower_fetched(topic, index, replica_id, fetch_offset)
-        high_watermark = partition.high_watermark()
-        lso = partition_log.last_stable_offset(high_watermark)
-        return partition_log if (high_watermark, lso, partition_log.log_start_offset) == wanted.sent else None
+        return (
+            partition_log
+            if partition.unchanged_for(replica_id, wanted.fetch_offset, sent, now_ms())
+            else None
+        )
 
     def _change_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
         """Write the partition's new ISR to ZooKeeper (a compare-and-set on the state this broker

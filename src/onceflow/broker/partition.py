@@ -160,6 +160,30 @@ class Partition:
             joining = (*self.isr, replica_id)
         return moved and high_watermark > before, joining
 
+    def unchanged_for(
+        self, replica_id: int, fetch_offset: int, sent: tuple[int, int, int], now_ms: int
+    ) -> bool:
+        """Whether an ISR follower fetching at `fetch_offset`, this leader's log end and where it
+        fetched last time, would learn nothing: the high watermark, last stable offset and log
+        start are still those it was `sent`. It is counted as caught up, as `follower_fetched`
+        would (which has nothing else to do then: its log end did not move, and it is in the ISR)."""
+        partition_log = self.log
+        if (
+            not self.is_leader
+            or fetch_offset != partition_log.log_end_offset
+            or self._log_ends.get(replica_id) != fetch_offset
+            or replica_id not in self.isr
+        ):
+            return False
+        self._caught_up_ms[replica_id] = now_ms
+        high_watermark = self.high_watermark()
+        marks = (
+            high_watermark,
+            partition_log.last_stable_offset(high_watermark),
+            partition_log.log_start_offset,
+        )
+        return marks == sent
+
     def lagging(self, lag_ms: int, now_ms: int) -> list[int]:
         """ISR members that have not caught up for `lag_ms` (Kafka's replica.lag.time.max.ms)."""
         return [
