@@ -104,8 +104,20 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunCluster]:
 
 
 def _create(run: RunCluster, topic: str, replicas: list[int]) -> None:
+    # A broker stopped by a test before (SIGSTOP past its ZooKeeper session) registers again a
+    # moment after it runs again: until then it is not live, and no assignment may name it.
+    wait_until(lambda: set(replicas) <= _live(run, 2), timeout_s=60)
     with WireClient(run.addresses[2]) as wire:
         create_topic_at(wire, topic, [replicas])
+
+
+def _live(run: RunCluster, broker_id: int) -> set[int]:
+    """The brokers live in `broker_id`'s view, as its Metadata lists them."""
+    with WireClient(run.addresses[broker_id]) as wire:
+        answer = wire.request(
+            3, 12, topics=[], allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+    return {broker.node_id for broker in answer.brokers}
 
 
 def _waited(condition: Callable[[], bool], timeout_s: float) -> float:
