@@ -34,6 +34,9 @@ def log_tail(tmp_path: Path) -> str:
     return path.read_text(errors="replace")[-6000:] if path.exists() else "(no log)"
 
 
+ROUND_PAUSE_S = 0.05
+
+
 class PairWatch(threading.Thread):
     """Reads order-status and seat-reservations with read_committed, each in turn up to its LSO.
 
@@ -62,6 +65,9 @@ class PairWatch(threading.Thread):
             while not self.stopping.is_set():
                 for topic, other in pairs:
                     self.step(topic, other)
+                # A round takes milliseconds once the reader is caught up: a pause keeps the
+                # watcher from holding the broker's event loop while the pipeline writes.
+                self.stopping.wait(ROUND_PAUSE_S)
         except BaseException as error:
             self.error = error
         finally:

@@ -134,15 +134,17 @@ class CommittedReader:
     """A read_committed consumer of whole topics that reads, on demand, up to each partition's LSO."""
 
     def __init__(self, bootstrap: str, topics: list[str]) -> None:
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": "onceflow-pipeline-reader",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
-        )
+        config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": "onceflow-pipeline-reader",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+        self.consumer = Consumer({**config, "enable.partition.eof": True})
+        # The LSOs are asked by a consumer that fetches nothing: the reading one's ListOffsets
+        # would wait behind its own long-polling Fetch on the same connection (a broker answers a
+        # connection's requests in order), up to fetch.wait.max.ms (500 ms) per partition.
+        self.lsos = Consumer(config)
         self.topics = topics
         metadata = self.consumer.list_topics(timeout=30)
         self.partitions = [
@@ -159,7 +161,7 @@ class CommittedReader:
         others = [tp for tp in self.partitions if tp not in wanted]
         targets = {}
         for tp in wanted:
-            _, lso = self.consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+            _, lso = self.lsos.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
             targets[(tp.topic, tp.partition)] = lso
         values: dict[str, list[bytes]] = {topic: [] for topic in self.topics}
         deadline = time.monotonic() + timeout_s
@@ -188,3 +190,4 @@ class CommittedReader:
 
     def close(self) -> None:
         self.consumer.close()
+        self.lsos.close()
