@@ -218,3 +218,30 @@ def test_waits_are_woken_only_when_the_high_watermark_moved(tmp_path: Path) -> N
         assert waiter.result() == 3.0 and not partition.waiters
     finally:
         loop.close()
+
+
+def test_a_new_leadership_wakes_its_waits_at_a_high_watermark_seen_before(tmp_path: Path) -> None:
+    """Led, followed (its log cut, its high watermark lowered), led again: the high watermark
+    returns to a value the waits were last woken at, and that is news to the waits made since."""
+    log = open_log(tmp_path / "leader")
+    partition = leading(log, isr=(LEADER, FOLLOWER))
+    loop = asyncio.new_event_loop()
+    try:
+        write(log, 2)
+        partition.follower_fetched(FOLLOWER, 2, now_ms=0)
+        partition.wake_if_moved(1.0)  # woken at 2
+        partition.make_follower(FOLLOWER, 2, (LEADER, FOLLOWER), (LEADER, FOLLOWER), isr_version=6)
+        log.truncate_to(1, now_ms=0)
+        partition.learned_high_watermark(1)
+        partition.make_leader(3, (LEADER, FOLLOWER), (LEADER, FOLLOWER), isr_version=7, now_ms=0)
+        waiter: asyncio.Future[float | None] = loop.create_future()
+        partition.waiters.add(waiter)
+        write(log)
+        partition.follower_fetched(FOLLOWER, 1, now_ms=0)
+        assert partition.high_watermark() == 1
+        partition.follower_fetched(FOLLOWER, 2, now_ms=0)
+        assert partition.high_watermark() == 2
+        partition.wake_if_moved(2.0)
+        assert waiter.done()
+    finally:
+        loop.close()

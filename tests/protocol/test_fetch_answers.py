@@ -8,15 +8,15 @@ import io
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from kio.serial import entity_writer as kio_entity_writer
 
 from onceflow.protocol.codec import MalformedRequestError, decode_response, response_type
+from onceflow.protocol.fetch_answers import API_KEY as FETCH
 from onceflow.protocol.fetch_answers import VERSION, read_fetch_answer
 from tests.protocol.entities import entities
 
-FETCH = 1
 RESPONSE = response_type(FETCH, VERSION)
 
 
@@ -97,6 +97,7 @@ def test_records_are_views_into_the_frame(response: Any) -> None:
     frame = bytearray(_frame(1, response))
     _, answer = read_fetch_answer(memoryview(frame))
     views = [p.records for t in answer.responses for p in t.partitions if p.records]
+    assume(views)  # an answer with records (hypothesis fails the test if it finds too few)
     for view in views:
         assert isinstance(view, memoryview) and view.obj is frame
     read = [bytes(view) for view in views]

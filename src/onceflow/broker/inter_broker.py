@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 from onceflow.broker.security import ClientSecurity
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import decode_response, encode_request, request_type
+from onceflow.protocol.fetch_answers import API_KEY as FETCH
 from onceflow.protocol.fetch_answers import VERSION as FETCH_VERSION
 from onceflow.protocol.fetch_answers import FetchAnswer, read_fetch_answer
 from onceflow.security.scram import ScramClient
@@ -18,7 +19,6 @@ from onceflow.security.session import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 _INT32 = struct.Struct(">i")
 _INT32_MAX = 2**31 - 1
-FETCH = 1
 # An answer larger than this is not one a broker sends (a follower asks for at most 10 MiB).
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 

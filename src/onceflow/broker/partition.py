@@ -96,6 +96,9 @@ class Partition:
             self._log_ends.clear()
             self._caught_up_ms.clear()
             self.pending_isr = None
+            # The high watermark may have gone down while another broker led (a follower's is
+            # the leader's, and a cut lowers it): its next value is news to the waits.
+            self._woken_at_high_watermark = -1
             if self.stamps_epochs:
                 self.log.assign_leader_epoch(epoch)
                 self.epoch_start_offset = self.log.epoch_start_offset(epoch)

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.protocol.codec import MalformedRequestError
 
+API_KEY = 1
 VERSION = 12
 
 _INT32 = struct.Struct(">i")
