@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request
 from onceflow.log.batch import CorruptRecordError
+from onceflow.log.errors import UnknownTopicError
 from onceflow.log.log import PartitionLog
 
 API_KEY = 2
@@ -80,14 +81,14 @@ async def _after_searches(
     """Searches by timestamp read and decode whole batches: on the broker's record thread, with
     the segments kept open meanwhile."""
     for answer, log, timestamp, readable in searches:
-        log.pin_segments()
         try:
             found = await request.broker.run_record_work(_search, log, timestamp)
         except CorruptRecordError:
             answer["error_code"] = ErrorCode.corrupt_message
             continue
-        finally:
-            log.unpin_segments()
+        except UnknownTopicError:  # deleted while the search waited for the thread
+            answer["error_code"] = ErrorCode.unknown_topic_or_partition
+            continue
         if found is None or found[0] >= readable:
             answer.update(timestamp=-1, offset=-1, leader_epoch=_NO_EPOCH)  # Kafka's empty answer
         else:
@@ -96,7 +97,10 @@ async def _after_searches(
 
 
 def _search(log: PartitionLog, timestamp: int) -> tuple[int, int] | None:
-    return log.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else log.offset_for_timestamp(timestamp)
+    with log.segments_pinned():
+        if timestamp == MAX_TIMESTAMP:
+            return log.max_timestamp_offset()
+        return log.offset_for_timestamp(timestamp)
 
 
 def _supported(timestamp: int, version: int) -> bool:

@@ -55,7 +55,7 @@ from onceflow.coordinator.transaction import TRANSACTION_LOG_CONFIG, Awaited, Tr
 from onceflow.extras import require
 from onceflow.internal_topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_LOG
 from onceflow.log.cleaner import abandon, plan_cleaning, swap_in, write_cleaned_segments
-from onceflow.log.errors import LogAppendError, LogError
+from onceflow.log.errors import LogAppendError, LogError, UnknownTopicError
 from onceflow.log.log import PartitionLog
 from onceflow.log.manager import LogManager, validate_topic_name
 from onceflow.log_limits import once_per_interval
@@ -1128,6 +1128,9 @@ class Broker:
         loop = asyncio.get_running_loop()
         try:
             result = await loop.run_in_executor(self._cleaner_thread, write_cleaned_segments, plan)
+        except UnknownTopicError:
+            abandon(plan)  # the topic was deleted meanwhile
+            return
         except Exception:
             abandon(plan)
             log.exception("cleaning %s failed; it is tried again later", partition.directory)

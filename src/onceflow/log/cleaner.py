@@ -92,17 +92,15 @@ def write_cleaned_segments(plan: CleaningPlan) -> CleaningResult:
     """Step 2; safe off the appending thread. On failure nothing but `.cleaned` files exist,
     and those are removed."""
     result = CleaningResult()
-    plan.log.pin_segments()
-    try:
-        latest = _last_offsets_by_key(plan)
-        _write_segments(plan, latest, result)
-    except BaseException:
-        for _, cleaned in result.written:
-            cleaned.close()
-            cleaned.delete_files()
-        raise
-    finally:
-        plan.log.unpin_segments()
+    with plan.log.segments_pinned():
+        try:
+            latest = _last_offsets_by_key(plan)
+            _write_segments(plan, latest, result)
+        except BaseException:
+            for _, cleaned in result.written:
+                cleaned.close()
+                cleaned.delete_files()
+            raise
     return result
 
 

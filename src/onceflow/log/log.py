@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +21,13 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import STORED_PREFIX_SIZE, BatchHeader, control_batch_coordinator_epoch, stored_prefix
 from onceflow.log.config import LogConfig
-from onceflow.log.errors import LogAppendError, LogDirectoryFailure, LogLoadError, LogReadError
+from onceflow.log.errors import (
+    LogAppendError,
+    LogDirectoryFailure,
+    LogLoadError,
+    LogReadError,
+    UnknownTopicError,
+)
 from onceflow.log.files import fsync_directory, write_atomically
 from onceflow.log.leader_epochs import LeaderEpochCache, LeaderEpochCheckpoint
 from onceflow.log.loader import Shutdown, load_log, marker_coordinator_epoch
@@ -588,7 +595,7 @@ class PartitionLog:
                     self.flushed_offset = max(self.flushed_offset, end)
                 return self.flushed_offset
         finally:
-            self.unpin_segments()
+            self._unpin_segments()
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete the oldest segments that are past retention.ms (by their largest timestamp)
@@ -654,13 +661,23 @@ class PartitionLog:
     def aborted_transaction_list(self) -> list[AbortedTransaction]:
         return list(self._aborted)
 
-    def pin_segments(self) -> None:
-        """Keep segment files open while another thread reads them (the cleaner), as a
-        running flush does: retention and close wait for `unpin_segments`."""
+    @contextmanager
+    def segments_pinned(self) -> Iterator[None]:
+        """Keep the segment files open while this thread reads them (the cleaner's, a search by
+        timestamp), as a running flush does: retention and close wait for the end of the block.
+        Enter it on the reading thread, never across an await: `close` runs on the event loop
+        and would wait forever for a coroutine that needs the loop to let go. A log already
+        closed (its topic deleted) raises UnknownTopicError."""
         with self._lock:
+            if self._closed:
+                raise UnknownTopicError(f"{self.directory.name} was deleted")
             self._flushes_running += 1
+        try:
+            yield
+        finally:
+            self._unpin_segments()
 
-    def unpin_segments(self) -> None:
+    def _unpin_segments(self) -> None:
         with self._lock:
             self._flushes_running -= 1
             self._close_unused_segments()
