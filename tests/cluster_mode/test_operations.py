@@ -109,6 +109,8 @@ def _create(run: RunCluster, topic: str, replicas: list[int]) -> None:
     wait_until(lambda: set(replicas) <= _live(run, 2), timeout_s=60)
     with WireClient(run.addresses[2]) as wire:
         create_topic_at(wire, topic, [replicas])
+    # Each broker learns of the topic from ZooKeeper in its own time; tests then ask any of them.
+    wait_until(lambda: all(run.metadata(n, topic).partitions for n in _live(run, 2)), timeout_s=60)
 
 
 def _live(run: RunCluster, broker_id: int) -> set[int]:
