@@ -232,12 +232,13 @@ def test_a_write_task_killed_between_two_arrow_batches_commits_none_of_them(
     text = "CAST(value AS STRING)"
     # The JVM sleeps on one row, after the sink got batches of the rows before it; stopping the
     # query interrupts the sleep, so the task ends at once and Spark closes the worker's socket.
-    stall = "reflect('java.lang.Thread', 'sleep', CAST(60000 AS BIGINT))"
+    # It sleeps longer than the wait below, which a loaded machine may need whole.
+    stall = "reflect('java.lang.Thread', 'sleep', CAST(300000 AS BIGINT))"
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
     try:
         query = run(f"CASE WHEN {text} = 'stall' THEN concat({text}, {stall}) ELSE {text} END")
         try:
-            wait_until(lambda: high_watermark(bootstrap, "out") > 0, 60, "the sink to produce")
+            wait_until(lambda: high_watermark(bootstrap, "out") > 0, 180, "the sink to produce")
         finally:
             query.stop()
         with Cluster(bootstrap, 10) as cluster:
