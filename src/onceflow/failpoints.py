@@ -5,7 +5,7 @@ itself the first time it reaches one of those points, so a test can stop the bro
 exact step of a protocol and check what a restart makes of it. Unset, a point costs a set
 lookup. Three points plant bugs, so that the fuzzer's detectors can be shown to fire:
 `protocol.no-bounds-check` hands frames to kio's native reader unchecked, `api.raise.K` makes
-the handler of API key K raise, and `api.block.K` makes it hold the event loop for 2 s, three
+the handler of API key K raise, and `api.block.K` makes it hold the event loop for 2 s, four
 times. One injects an error: `flush.eio-once` makes the process's first partition flush fail with EIO, as
 a disk would.
 

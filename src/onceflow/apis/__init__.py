@@ -51,26 +51,43 @@ def is_supported(api_key: int, api_version: int) -> bool:
 
 # API keys whose handler raises: a planted bug (failpoint api.raise.K) for the fuzzer's tests.
 _RAISING = frozenset(int(key) for key in failpoints.armed_with_prefix("api.raise."))
-# API keys whose handler holds the event loop for 2 s, three times with a short gap between: a
+# API keys whose handler holds the event loop for 2 s, four times with a short gap between: a
 # planted stall for the fuzzer's monitor, which probes every half second and counts a held loop
 # only when two probes in a row waited (one slow probe is also what a loaded machine gives).
 _BLOCKING = frozenset(int(key) for key in failpoints.armed_with_prefix("api.block."))
 PLANTED_STALL_S = 2.0
-PLANTED_STALLS = 3
+PLANTED_STALLS = 4
 PLANTED_GAP_S = 0.3
 
 
-def _hold_the_loop(times: int) -> None:
-    time.sleep(PLANTED_STALL_S)
-    if times > 1:  # the loop runs between two holds: a probe may be answered there
-        asyncio.get_running_loop().call_later(PLANTED_GAP_S, _hold_the_loop, times - 1)
+class _PlantedStall:
+    """One series of holds at a time: a request that arrived in a gap starting another would
+    close the gaps, and the monitor would see one long wait instead of two."""
+
+    def __init__(self) -> None:
+        self.running = False
+
+    def start(self) -> None:
+        if not self.running:
+            self.running = True
+            self._hold(PLANTED_STALLS)
+
+    def _hold(self, times: int) -> None:
+        time.sleep(PLANTED_STALL_S)
+        if times > 1:  # the loop runs between two holds: a probe may be answered there
+            asyncio.get_running_loop().call_later(PLANTED_GAP_S, self._hold, times - 1)
+        else:
+            self.running = False
+
+
+_planted_stall = _PlantedStall()
 
 
 def dispatch(request: Request) -> Reply:
     if request.api_key in _RAISING:
         raise RuntimeError(f"failpoint api.raise.{request.api_key}")
     if request.api_key in _BLOCKING:
-        _hold_the_loop(PLANTED_STALLS)
+        _planted_stall.start()
     broker = request.broker
     handle = HANDLERS[request.api_key].handle
     reply = handle(request) if broker.authorizer is None else authorized(request, handle)
