@@ -247,7 +247,8 @@ class Broker:
         return asyncio.get_running_loop().run_in_executor(self._fsync_threads, work, *args)
 
     def run_record_work(self, work: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        """`work(*args)` on the record thread: pure work on bytes it was given, never the logs."""
+        """`work(*args)` on the record thread: work on bytes it was given, or reads of a log's
+        segments inside `PartitionLog.segments_pinned`; never a write to the logs."""
         return asyncio.get_running_loop().run_in_executor(self._record_thread, work, *args)
 
     # -- metadata ----------------------------------------------------------------
