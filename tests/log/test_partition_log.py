@@ -10,7 +10,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from onceflow.log.batch import patch_base_offset, validate_batches
-from onceflow.log.errors import LogAppendError, LogReadError, ProducerStateError
+from onceflow.log.errors import LogAppendError, LogReadError, ProducerStateError, UnknownTopicError
 from onceflow.log.files import write_fully_vectored
 from onceflow.log.log import AppendResult
 from onceflow.log.producer_state import list_snapshots
@@ -312,3 +312,31 @@ def test_a_timestamp_lookup_starts_at_the_log_start(tmp_path: Path) -> None:
     assert log.offset_for_timestamp(200) == (4, 201)
     assert log.offset_for_timestamp(202) == (5, 202)
     log.close()
+
+
+def test_close_waits_for_a_pinned_reader_and_a_closed_log_refuses_pins(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    append(log, make_batch(2))
+    pinned, release = threading.Event(), threading.Event()
+    read: list[int] = []
+
+    def read_pinned() -> None:
+        with log.segments_pinned():
+            pinned.set()
+            release.wait(10)
+            read.extend(header.last_offset for header in read_all(log))
+
+    reader = threading.Thread(target=read_pinned)
+    reader.start()
+    assert pinned.wait(10)
+    closing = threading.Thread(target=log.close, kwargs={"flush": False})
+    closing.start()
+    closing.join(0.2)
+    assert closing.is_alive()  # close waits for the pin
+    release.set()
+    reader.join(10)
+    closing.join(10)
+    assert not closing.is_alive()
+    assert read == [1]  # the files stayed open for the pinned reader
+    with pytest.raises(UnknownTopicError), log.segments_pinned():
+        pass
