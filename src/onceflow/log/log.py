@@ -667,10 +667,10 @@ class PartitionLog:
         timestamp), as a running flush does: retention and close wait for the end of the block.
         Enter it on the reading thread, never across an await: `close` runs on the event loop
         and would wait forever for a coroutine that needs the loop to let go. A log already
-        closed (its topic deleted) raises UnknownTopicError."""
+        closed (its topic deleted, or the broker stopping) raises UnknownTopicError."""
         with self._lock:
             if self._closed:
-                raise UnknownTopicError(f"{self.directory.name} was deleted")
+                raise UnknownTopicError(f"{self.directory.name} is closed: deleted, or the broker stops")
             self._flushes_running += 1
         try:
             yield
