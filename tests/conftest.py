@@ -15,7 +15,7 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 from onceflow import EmbeddedBroker
-from onceflow.cluster.ports import restartable_port
+from onceflow.cluster.ports import start_on_a_restartable_port
 from onceflow.faults.broker_process import wait_until as wait_until  # the tests import it from here
 from tests.postgres import PostgresServer
 
@@ -110,8 +110,13 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> BrokerProcess:
-        if not self.port:  # its first start: a port it can have again after a SIGKILL
-            self.port = restartable_port()
+        if self.port:  # a restart: the port its clients know
+            return self._start_on(self.port)
+        # Its first start: a port it can have again after a SIGKILL.
+        return start_on_a_restartable_port(self._start_on)
+
+    def _start_on(self, port: int) -> BrokerProcess:
+        self.port = port
         command = [
             sys.executable,
             "-m",

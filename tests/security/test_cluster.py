@@ -34,7 +34,6 @@ from confluent_kafka.admin import (
 )
 from kazoo.client import KazooClient
 
-from onceflow.cluster.ports import restartable_port
 from onceflow.cluster.zookeeper_server import ZooKeeperServer
 from onceflow.security.scram import ScramCredential
 from tests.conftest import FAST_JOINS, BrokerProcess, wait_until
@@ -52,9 +51,8 @@ class SecureBroker(BrokerProcess):
         self.broker_id = broker_id
         self.config = config
 
-    def start(self) -> SecureBroker:
-        if not self.port:
-            self.port = restartable_port()
+    def _start_on(self, port: int) -> SecureBroker:
+        self.port = port
         config_file = self.data_dir.parent / f"broker-{self.broker_id}.properties"
         lines = {**self.config, "listeners": f"SASL_SSL://127.0.0.1:{self.port}"}
         config_file.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from onceflow.cluster.ports import restartable_port
+from onceflow.cluster.ports import start_on_a_restartable_port
 from onceflow.sessions import stat_fields
 
 
@@ -43,8 +43,13 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> BrokerProcess:
-        if not self.port:  # its first start: a port it can have again after a SIGKILL
-            self.port = restartable_port()
+        if self.port:  # a restart: the port its clients know
+            return self._start_on(self.port)
+        # Its first start: a port it can have again after a SIGKILL.
+        return start_on_a_restartable_port(self._start_on)
+
+    def _start_on(self, port: int) -> BrokerProcess:
+        self.port = port
         command = [sys.executable, "-m", "onceflow.cli", "broker"]
         if self.listener == "PLAINTEXT":
             command += ["--listen", f"127.0.0.1:{self.port}"]
