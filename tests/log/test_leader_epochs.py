@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from onceflow.log.batch import patch_partition_leader_epoch, validate_batches
 from onceflow.log.leader_epochs import (
     UNDEFINED_EPOCH,
@@ -161,3 +165,37 @@ def test_a_clients_stamped_epoch_is_not_a_leader_epoch(tmp_path: Path) -> None:
     append(log, stamped(1, 5))  # librdkafka stamps 0, others may stamp anything
     assert log.leader_epochs == cache()
     log.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    counts=st.lists(st.integers(1, 5), min_size=2, max_size=12),
+    index_interval_bytes=st.sampled_from([1, 60, 150, 4096]),
+    data=st.data(),
+)
+def test_a_cut_at_any_batch_then_the_new_leaders_batches_leave_no_hole(
+    tmp_path_factory: pytest.TempPathFactory,
+    counts: list[int],
+    index_interval_bytes: int,
+    data: st.DataObject,
+) -> None:
+    """Seen in a cluster soak: a cut exactly at a batch with an index entry of its own left the
+    segment's end where it was, so the follower's log end stayed past the cut and its next append
+    went after a hole of zeros. Each batch's index entry or none, the cut lands on any batch."""
+    directory = tmp_path_factory.mktemp("log")
+    log = open_log(directory, index_interval_bytes=index_interval_bytes)
+    for count in counts:
+        replicate(log, stamped(count, 1))
+    starts = [header.base_offset for header in read_all(log)]
+    cut = data.draw(st.sampled_from(starts[1:]))
+    log.truncate_to(cut, now_ms=0)
+    assert log.log_end_offset == cut and [h.last_offset for h in read_all(log)][-1] == cut - 1
+    assert replicate(log, stamped(2, 2)).base_offset == cut  # the new leader's batch, right there
+    expected = [(h.base_offset, h.last_offset) for h in read_all(log)]
+    assert [first for first, _ in expected[1:]] == [last + 1 for _, last in expected[:-1]]
+    assert expected[-1] == (cut, cut + 1)
+    end = log.flush()
+    log.close()
+    reopened = open_log(directory, recovery_point=end, index_interval_bytes=index_interval_bytes)
+    assert [(h.base_offset, h.last_offset) for h in read_all(reopened)] == expected
+    reopened.close()

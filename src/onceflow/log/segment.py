@@ -232,7 +232,11 @@ class LogSegment:
 
     def truncate_to(self, offset: int, index_interval_bytes: int) -> None:
         """Cut the file before the first batch at or after `offset`, and its indexes with it."""
-        entry = self.index.lookup(offset)
+        # An entry before `offset`, whose batch ends at or before the cut: an entry for `offset`
+        # itself would sit at the cut, where the rescan finds no batch and would leave this
+        # segment's size and next offset as they were, past the cut (the next append then wrote
+        # after a hole).
+        entry = self.index.lookup(offset - 1)
         start = entry[1] if entry else 0
         position = next(
             (position for position, header in self._scan(start, self.size) if header.base_offset >= offset),
@@ -240,7 +244,8 @@ class LogSegment:
         )
         os.ftruncate(self._fd, position)
         self.corrupt = [found for found in self.corrupt if found.end_position <= start]
-        self._rescan(start, position, False, index_interval_bytes, lambda _: True, [])
+        if self._rescan(start, position, False, index_interval_bytes, lambda _: True, []) != position:
+            raise OSError(f"{self.log_path}: cut at byte {position}, but its batches end at {self.size}")
         self.synced_size = min(self.synced_size, position)
         self.truncations += 1
         self.indexes_synced = False
