@@ -28,3 +28,10 @@ def kill_each(pids: set[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def ctrl_c_as_from_a_terminal() -> None:
+    """A `preexec_fn`: SIGINT's default action in the command, as a terminal's foreground job
+    has it. A suite started in the background (`make test &`) ignores SIGINT, which its commands
+    would inherit, and rightly ignore."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from onceflow.process_tree import alive, descendants
-from tests.cli.processes import kill_each, processes_naming
+from tests.cli.processes import ctrl_c_as_from_a_terminal, kill_each, processes_naming
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -30,6 +30,7 @@ def test_an_interrupted_lab_run_leaves_no_process_behind(tmp_path: Path, signum:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # the signal goes to the command alone, not to this test
+        preexec_fn=ctrl_c_as_from_a_terminal,
     )
     started: set[int] = set()
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.processes import kill_each, processes_naming
+from tests.cli.processes import ctrl_c_as_from_a_terminal, kill_each, processes_naming
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -45,6 +45,7 @@ def test_a_signal_stops_the_tree_although_the_main_thread_waits_and_another_rest
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # the signal goes to the command alone
+        preexec_fn=ctrl_c_as_from_a_terminal,
     )
     try:
         assert command.stdout is not None and command.stdout.readline().strip() == "ready"
