@@ -171,19 +171,23 @@ def test_a_clients_stamped_epoch_is_not_a_leader_epoch(tmp_path: Path) -> None:
 @given(
     counts=st.lists(st.integers(1, 5), min_size=2, max_size=12),
     index_interval_bytes=st.sampled_from([1, 60, 150, 4096]),
+    segment_bytes=st.sampled_from([250, 1_000_000]),
     data=st.data(),
 )
 def test_a_cut_at_any_batch_then_the_new_leaders_batches_leave_no_hole(
     tmp_path_factory: pytest.TempPathFactory,
     counts: list[int],
     index_interval_bytes: int,
+    segment_bytes: int,
     data: st.DataObject,
 ) -> None:
     """Seen in a cluster soak: a cut exactly at a batch with an index entry of its own left the
     segment's end where it was, so the follower's log end stayed past the cut and its next append
-    went after a hole of zeros. Each batch's index entry or none, the cut lands on any batch."""
+    went after a hole of zeros. Each batch's index entry or none, one segment or several, the cut
+    lands on any batch."""
     directory = tmp_path_factory.mktemp("log")
-    log = open_log(directory, index_interval_bytes=index_interval_bytes)
+    config = {"index_interval_bytes": index_interval_bytes, "segment_bytes": segment_bytes}
+    log = open_log(directory, **config)
     for count in counts:
         replicate(log, stamped(count, 1))
     starts = [header.base_offset for header in read_all(log)]
@@ -196,6 +200,6 @@ def test_a_cut_at_any_batch_then_the_new_leaders_batches_leave_no_hole(
     assert expected[-1] == (cut, cut + 1)
     end = log.flush()
     log.close()
-    reopened = open_log(directory, recovery_point=end, index_interval_bytes=index_interval_bytes)
+    reopened = open_log(directory, recovery_point=end, **config)
     assert [(h.base_offset, h.last_offset) for h in read_all(reopened)] == expected
     reopened.close()
