@@ -135,25 +135,37 @@ def test_exactly_once_with_aborted_transactions_in_the_log_is_clean(tmp_path: Pa
     assert result.cross_check["agrees"] and result.cross_check["compared"] > 0
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(330)
 def test_a_run_without_preconditions_reports_not_tested_and_fails(tmp_path: Path) -> None:
-    report = tmp_path / "lab.json"
-    command = [
-        sys.executable, "-m", "onceflow.cli", "lab", "run", "--guarantee", "at-least-once",
-        "--faults", "", "--messages", "40", "--seconds", "1", "--json", str(report),
-        "--workdir", str(tmp_path / "work"),
-    ]  # fmt: skip
-    completed = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert completed.returncode == 1, completed.stderr[-3000:]
+    # Without faults nothing should repeat a record, unless the machine stalls the broker past the
+    # producers' request timeout: librdkafka then times the request out and sends it again, a
+    # lost ack of the machine's own making, and the duplicates are real (seen under a loaded
+    # machine). Such a run has not tested the control's precondition: it runs again.
+    for attempt in range(3):
+        report = tmp_path / f"lab-{attempt}.json"
+        work = tmp_path / f"work-{attempt}"
+        command = [
+            sys.executable, "-m", "onceflow.cli", "lab", "run", "--guarantee", "at-least-once",
+            "--faults", "", "--messages", "40", "--seconds", "1", "--json", str(report),
+            "--workdir", str(work),
+        ]  # fmt: skip
+        completed = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=100,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert completed.returncode == 1, completed.stderr[-3000:]
+        [run] = json.loads(report.read_text())["runs"]
+        timed_out = any(
+            "Timed out ProduceRequest" in log.read_text(errors="replace")
+            for log in work.glob("*/logs/producer-*.log")
+        )
+        if not (run["duplicated"] and timed_out):
+            break
     assert "lost, duplicated not tested" in completed.stderr
     assert "not tested" in completed.stdout
-    [run] = json.loads(report.read_text())["runs"]
     assert run["lost"] == run["duplicated"] == 0
     assert set(run["coverage"].values()) == {0}
     assert run["verdicts"] == {"lost": NOT_TESTED, "duplicated": NOT_TESTED}
