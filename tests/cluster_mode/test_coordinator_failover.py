@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -39,8 +40,9 @@ class Pipeline:
     supervisor would: on any error a worker exits, and its successor's init_transactions fences
     the old session and aborts what it left open."""
 
-    def __init__(self, cluster: Cluster, transactional_ids: list[str]) -> None:
+    def __init__(self, cluster: Cluster, transactional_ids: list[str], logs: Path) -> None:
         self.bootstrap = cluster.bootstrap_servers
+        self.logs = logs
         self.transactional_ids = transactional_ids
         self.restarts = 0
         self._stop = threading.Event()
@@ -51,7 +53,9 @@ class Pipeline:
     def _start(self, slot: int) -> subprocess.Popen[str]:
         command = [sys.executable, "-m", "tests.transactions.processor", self.bootstrap, str(slot)]
         command += ["exactly-once", GROUP, self.transactional_ids[slot]]
-        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        # Each worker's errors stay on file, to say why a run stalled.
+        with (self.logs / f"worker-{slot}-{self.restarts}.log").open("w") as log:
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
 
     def _supervise(self) -> None:
         while not self._stop.wait(0.2):
@@ -105,7 +109,9 @@ def committed_at_least(bootstrap: str, total: int) -> list[int] | None:
     return offsets if offsets is not None and sum(max(o, 0) for o in offsets) >= total else None
 
 
-def test_exactly_once_survives_the_sigkill_of_the_coordinators_broker(cluster: Cluster) -> None:
+def test_exactly_once_survives_the_sigkill_of_the_coordinators_broker(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     for topic in ("input", "output"):
         create_topic(cluster, topic, PARTITIONS, 3, **{"min.insync.replicas": "2"})
     victim = cluster.wait_for_coordinator(GROUP)
@@ -116,7 +122,7 @@ def test_exactly_once_survives_the_sigkill_of_the_coordinators_broker(cluster: C
     transactional_ids = [tid for tid in candidates if cluster.coordinator(tid, TRANSACTION_KEY) == victim][:2]
     assert len(transactional_ids) == 2
     bootstrap = cluster.bootstrap_servers
-    pipeline = Pipeline(cluster, transactional_ids)
+    pipeline = Pipeline(cluster, transactional_ids, tmp_path)
     feeder = threading.Thread(target=feed, args=(bootstrap,))
     feeder.start()
     try:
@@ -136,6 +142,11 @@ def test_exactly_once_survives_the_sigkill_of_the_coordinators_broker(cluster: C
         print(f"the pipeline moved again {time.monotonic() - killed_at:.1f} s after the kill")
         feeder.join(timeout=120)
         wait_until(lambda: committed_at_least(bootstrap, INPUTS), timeout_s=180)
+    except TimeoutError:
+        print(f"workers started again {pipeline.restarts} times; their last lines:")
+        for log in sorted(tmp_path.glob("worker-*.log"), key=lambda path: path.stat().st_mtime)[-4:]:
+            print(log.name, *log.read_text().splitlines()[-20:], sep="\n  ")
+        raise
     finally:
         pipeline.stop()
         feeder.join(timeout=10)
