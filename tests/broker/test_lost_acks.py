@@ -97,3 +97,32 @@ def test_without_idempotence_lost_acks_duplicate(tmp_path: Path) -> None:
     values = [value for partition in stored.values() for value in partition]
     assert dropped >= 5
     assert len(values) > len(set(values))
+
+
+@pytest.mark.parametrize("drop_next_write_response", [True, False])
+def test_the_next_answer_to_a_write_is_lost_when_asked(
+    tmp_path: Path, drop_next_write_response: bool
+) -> None:
+    """The lab's fallback when its lost-acks window lost no ack: exactly one answer is destroyed,
+    an answer to a write (Produce here); without the flag, none."""
+    plan = FaultPlan(drop_next_write_response=drop_next_write_response)
+    with FaultProxy(plan) as proxy:
+        config = {"advertised.listeners": f"PLAINTEXT://{proxy.address}"}
+        with EmbeddedBroker(tmp_path / "data", config=config) as broker:
+            proxy.upstream = ("127.0.0.1", broker.port)
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+            admin.create_topics([NewTopic("lossy", PARTITIONS, 1)])["lossy"].result(timeout=30)
+            producer = Producer(
+                {"bootstrap.servers": proxy.address, "enable.idempotence": True, "socket.timeout.ms": 2_000}
+            )
+            for number in range(10):
+                producer.produce("lossy", value=f"v-{number}")
+                producer.flush(30)
+            assert producer.flush(30) == 0
+            stored = _read_back(broker.bootstrap_servers)
+    assert proxy.responses_dropped == proxy.acks_lost == int(drop_next_write_response)
+    assert not plan.drop_next_write_response
+    # The idempotent producer's retry of the lost ack's batch stored nothing twice.
+    assert sorted(value for values in stored.values() for value in values) == sorted(
+        f"v-{n}" for n in range(10)
+    )

@@ -84,6 +84,7 @@ class FaultPlan:
     drop_write_response_probability: float | None = None
     drop_produce_request_probability: float = 0.0
     drop_next_produce_request: bool = False  # one more, whatever the probability
+    drop_next_write_response: bool = False  # the next answer to a write, whatever the probability
     delay_response_s: float = 0.0
     max_faults: int = 1_000
     seed: int = 0
@@ -262,6 +263,9 @@ class FaultProxy:
         return dataclasses.replace(entity, host="127.0.0.1", port=type(entity.port)(port))
 
     def drops_response(self, api_key: int) -> bool:
+        if api_key in WRITE_APIS and self.plan.drop_next_write_response:
+            self.plan.drop_next_write_response = False
+            return True
         probability = self.plan.drop_response_probability
         if api_key in WRITE_APIS and self.plan.drop_write_response_probability is not None:
             probability = self.plan.drop_write_response_probability

@@ -484,6 +484,11 @@ class _Run:
             self.injected.append(f"{event.at_s:.1f}s {action}")
             if not on:
                 self.injected.append(f"proxy destroyed {self.proxy.responses_dropped} responses")
+                # A loaded machine, or clients killed in the window, may have answered no write
+                # in it: then lose the next answer to one, so that the run tests what it is for.
+                if self.proxy.acks_lost == 0:
+                    self.proxy.plan.drop_next_write_response = True
+                    self.injected.append("no answer to a write lost yet: the proxy destroys the next one")
         elif action in ("lose-requests", "stop-losing-requests"):
             on = action == "lose-requests"
             self.proxy.plan.drop_produce_request_probability = faults.DROP_PROBABILITY if on else 0.0
