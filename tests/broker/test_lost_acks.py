@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -64,17 +66,24 @@ def _read_back(bootstrap: str) -> dict[int, list[str]]:
     return values
 
 
-def _run(tmp_path: Path, idempotent: bool) -> tuple[list[str], list[str], dict[int, list[str]], int]:
-    plan = FaultPlan(drop_response_probability=0.08, max_faults=40, seed=7)
+@contextmanager
+def _behind_proxy(tmp_path: Path, plan: FaultPlan) -> Iterator[tuple[FaultProxy, EmbeddedBroker]]:
+    """A broker whose clients reach it through a proxy that follows `plan`, with the topic made."""
     with FaultProxy(plan) as proxy:
         config = {"advertised.listeners": f"PLAINTEXT://{proxy.address}"}
         with EmbeddedBroker(tmp_path / "data", config=config) as broker:
             proxy.upstream = ("127.0.0.1", broker.port)
             admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
             admin.create_topics([NewTopic("lossy", PARTITIONS, 1)])["lossy"].result(timeout=30)
-            acked, failed = _produce_through(proxy.address, idempotent)
-            stored = _read_back(broker.bootstrap_servers)
-            return acked, failed, stored, proxy.responses_dropped
+            yield proxy, broker
+
+
+def _run(tmp_path: Path, idempotent: bool) -> tuple[list[str], list[str], dict[int, list[str]], int]:
+    plan = FaultPlan(drop_response_probability=0.08, max_faults=40, seed=7)
+    with _behind_proxy(tmp_path, plan) as (proxy, broker):
+        acked, failed = _produce_through(proxy.address, idempotent)
+        stored = _read_back(broker.bootstrap_servers)
+        return acked, failed, stored, proxy.responses_dropped
 
 
 def test_idempotent_producer_survives_lost_acks(tmp_path: Path) -> None:
@@ -106,20 +115,15 @@ def test_the_next_answer_to_a_write_is_lost_when_asked(
     """The lab's fallback when its lost-acks window lost no ack: exactly one answer is destroyed,
     an answer to a write (Produce here); without the flag, none."""
     plan = FaultPlan(drop_next_write_response=drop_next_write_response)
-    with FaultProxy(plan) as proxy:
-        config = {"advertised.listeners": f"PLAINTEXT://{proxy.address}"}
-        with EmbeddedBroker(tmp_path / "data", config=config) as broker:
-            proxy.upstream = ("127.0.0.1", broker.port)
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
-            admin.create_topics([NewTopic("lossy", PARTITIONS, 1)])["lossy"].result(timeout=30)
-            producer = Producer(
-                {"bootstrap.servers": proxy.address, "enable.idempotence": True, "socket.timeout.ms": 2_000}
-            )
-            for number in range(10):
-                producer.produce("lossy", value=f"v-{number}")
-                producer.flush(30)
-            assert producer.flush(30) == 0
-            stored = _read_back(broker.bootstrap_servers)
+    with _behind_proxy(tmp_path, plan) as (proxy, broker):
+        producer = Producer(
+            {"bootstrap.servers": proxy.address, "enable.idempotence": True, "socket.timeout.ms": 2_000}
+        )
+        for number in range(10):
+            producer.produce("lossy", value=f"v-{number}")
+            producer.flush(30)
+        assert producer.flush(30) == 0
+        stored = _read_back(broker.bootstrap_servers)
     assert proxy.responses_dropped == proxy.acks_lost == int(drop_next_write_response)
     assert not plan.drop_next_write_response
     # The idempotent producer's retry of the lost ack's batch stored nothing twice.

@@ -161,7 +161,8 @@ class FaultProxy:
     @property
     def acks_lost(self) -> int:
         """Responses to writes destroyed after the broker acted on them."""
-        return sum(count for api_key, count in self.dropped_by_api.items() if api_key in WRITE_APIS)
+        # A copy first: the proxy's thread may add a key while another thread asks.
+        return sum(count for api_key, count in list(self.dropped_by_api.items()) if api_key in WRITE_APIS)
 
     def __enter__(self) -> FaultProxy:
         started: Future[None] = Future()
