@@ -82,6 +82,7 @@ def main() -> int:
         .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
         # Spark's default, said out loud: the data source's clients live in its Python workers.
         .config("spark.python.worker.reuse", "true")
+        .config(*onceflow.spark.DAEMON_MODULE)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -28,6 +28,7 @@ SPARK_LANES = {
     "tests/demo/test_demo.py": "spark",
     "tests/pipeline/test_crash.py": "spark",
     "tests/pipeline/test_standalone.py": "spark",
+    "tests/spark/test_daemon.py": "spark",
     "tests/spark/test_data_source.py": "spark",
     "tests/spark/test_kill_restart.py": "spark",
     "tests/spark/test_secured.py": "spark",

@@ -25,6 +25,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.python.worker.reuse", "true")
+        .config(*onceflow.spark.DAEMON_MODULE)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -45,6 +45,7 @@ def main() -> None:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
         .config("spark.python.worker.reuse", "true")
+        .config(*onceflow.spark.DAEMON_MODULE)
     )
     if args.slow_first_attempts:
         builder = (

@@ -174,6 +174,7 @@ def session(master: str) -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         # Spark's default, said out loud: the data source's clients live in its Python workers.
         .config("spark.python.worker.reuse", "true")
+        .config(*onceflow.spark.DAEMON_MODULE)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")

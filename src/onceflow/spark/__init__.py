@@ -4,6 +4,8 @@
     onceflow.spark.register(spark)
     spark.readStream.format("onceflow").option("kafka.bootstrap.servers", ...).option("subscribe", "in")
 
+A session built with `.config(*onceflow.spark.DAEMON_MODULE)` starts its Python workers sooner.
+
 The source reads with read_committed and keeps offsets only in Spark's checkpoint; the sink writes
 exactly once per write task (see `onceflow.spark.sink`). The format is not called `kafka` because
 Spark's built-in sources take precedence over Python ones of the same name.
@@ -28,6 +30,9 @@ from onceflow.spark.sink import OnceflowBatchWriter, OnceflowStreamWriter
 from onceflow.spark.source import OnceflowBatchReader, OnceflowStreamReader
 
 FORMAT = "onceflow"
+# A session's setting (`SparkSession.builder.config(*DAEMON_MODULE)`): Spark then forks its Python
+# workers from a daemon that imported what they need once (`onceflow.spark_daemon`).
+DAEMON_MODULE = ("spark.python.daemon.module", "onceflow.spark_daemon")
 
 
 class OnceflowDataSource(DataSource):
@@ -64,4 +69,4 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(OnceflowDataSource)
 
 
-__all__: list[Any] = ["FORMAT", "OnceflowDataSource", "register"]
+__all__: list[Any] = ["DAEMON_MODULE", "FORMAT", "OnceflowDataSource", "register"]

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 import pyarrow as pa
@@ -23,7 +23,6 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from onceflow.spark.collector import collector_paused, freeze_between_tasks
-from onceflow.spark.fetching import Fetcher, plain_enough
 from onceflow.spark.options import (
     QUICK_START,
     Offsets,
@@ -44,6 +43,9 @@ from onceflow.spark.rows import (
     batch_of_columns,
 )
 from onceflow.spark.task_times import StageClock, batch_id
+
+if TYPE_CHECKING:
+    from onceflow.spark.fetching import Fetcher
 
 EARLIEST, LATEST = -2, -1
 CONSUME_WAIT_S = 0.05
@@ -179,6 +181,11 @@ def read_task(
     # Spark plans one empty partition when there is nothing to read.
     planned = task.ranges if isinstance(task, ReadTask) else (task,)
     ranges = [offsets for offsets in planned if isinstance(offsets, OffsetRange)]
+    # Imported by the tasks that read, not by every process that unpickles the data source (the
+    # driver's planning workers): its Kafka protocol (kio) takes 0.2 s to import, 0.45 s with
+    # Hypothesis installed.
+    from onceflow.spark.fetching import plain_enough
+
     if plain_enough(config):
         batches = _fetched(config, ranges, stall_timeout_s, clock)
     else:
@@ -200,6 +207,8 @@ _idle_fetchers: dict[str, Fetcher] = {}
 def _fetched(
     config: Mapping[str, Any], ranges: list[OffsetRange], stall_timeout_s: float, clock: StageClock
 ) -> Iterator[pa.RecordBatch]:
+    from onceflow.spark.fetching import Fetcher
+
     key = json.dumps(sorted(config.items()), default=str)
     fetcher = _idle_fetchers.pop(key, None) or Fetcher(config)
     wanted = [(offsets.topic, offsets.partition, offsets.start, offsets.end) for offsets in ranges]

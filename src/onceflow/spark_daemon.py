@@ -1,0 +1,50 @@
+"""PySpark's worker daemon, with what every onceflow task imports imported once, before it forks.
+
+Spark forks each Python worker (a task's reader, transform or writer, a planning call) from one
+daemon per executor, and a forked worker starts with the modules its daemon had imported. PySpark's
+daemon imports almost nothing, so every new worker imported PySpark's worker, confluent-kafka and
+the Kafka protocol (kio) itself: 0.5-1.0 s of CPU each, in a query that forks dozens of them (a
+worker is not reused after a failed task, nor across executors or restarts). With this module as
+`spark.python.daemon.module` (`onceflow.spark.DAEMON_MODULE`), the daemon imports them once.
+
+Only modules that start no thread on import: a forked child keeps only the thread that forked, and a
+lock another thread held stays locked in it forever (why PySpark imports its worker after the
+fork). pyarrow, numpy and pandas start threads when imported, so each worker still imports them,
+and `onceflow.spark` with them.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import sys
+
+PRELOADED = (
+    "pyspark.worker",
+    "pyspark.sql.datasource",
+    "pyspark.sql.streaming.datasource",
+    "confluent_kafka",
+    "confluent_kafka.admin",
+    "kio.schema.errors",
+    "onceflow.protocol.build",
+    "onceflow.protocol.codec",
+    "onceflow.records",
+)
+
+
+def preload() -> None:
+    """Imports `PRELOADED`, then freezes what they made (`gc.freeze`): no collection in a
+    forked worker walks them, which would write to, and so copy, every page they are on."""
+    for name in PRELOADED:
+        importlib.import_module(name)
+    gc.freeze()
+
+
+if __name__ == "__main__":
+    # No worker uses Hypothesis, but kio registers strategies for its types whenever Hypothesis
+    # is importable (a development install): 0.2 s of each worker's start (as `onceflow.cli`).
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]  # None blocks an import
+    preload()
+    from pyspark import daemon
+
+    daemon.manager()
