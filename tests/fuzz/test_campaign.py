@@ -35,8 +35,9 @@ def test_real_clients_cover_at_least_twenty_api_keys(recorded: list[bytes]) -> N
 def test_a_short_campaign_finds_nothing_and_the_data_survives(
     recorded: list[bytes], regressions: Path, tmp_path: Path
 ) -> None:
-    report = run(12, 7, 16, tmp_path / "work", regressions, recorded)
-    assert report.requests_sent > 2_000
+    # On a loaded machine it runs past its 12 s until it has sent as many (833 in 12 s, once).
+    report = run(12, 7, 16, tmp_path / "work", regressions, recorded, min_sent=2_000)
+    assert report.requests_sent >= 2_000
     assert report.requests_by_mutation["record_batch"] > 50  # batches that lie inside, CRC right
     assert len(report.requests_by_api_key) >= 20
     assert report.responses > 0 and report.connections_closed_by_broker > 0

@@ -31,6 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from onceflow.faults.broker_process import BrokerProcess
 from onceflow.faults.proxy import FaultPlan, FaultProxy
 from onceflow.fuzz import corpus
+from onceflow.fuzz.duration import runs_on
 from onceflow.fuzz.frames import INT32, read_frame, responds
 from onceflow.fuzz.mutate import MUTATIONS, Seed, make_seed
 
@@ -102,8 +103,10 @@ def run(
     regressions: Path | None,
     recorded: list[bytes] | None = None,
     replay_first: bool = False,
+    min_sent: int = 0,
 ) -> FuzzReport:
-    """Fuzz a new broker for `seconds`; `recorded` frames, or those real clients send now.
+    """Fuzz a new broker for `seconds`, and on until it sent `min_sent` requests (`runs_on`);
+    `recorded` frames, or those real clients send now.
     With `replay_first`, every seed goes out once as recorded before any mutation: every API
     the clients use is served at least once, however few requests a loaded machine gets through.
 
@@ -134,7 +137,7 @@ def run(
             report.corpus_api_keys = sorted(frames.api_keys())
             seeds = [make_seed(frame) for frame in frames.frames + load_regressions(regressions)]
             fuzzer = _Fuzzer(broker, seeds, seed, report, regressions, replay_first)
-            asyncio.run(fuzzer.run(seconds, connections, proxy.address, sentinel.topic))
+            asyncio.run(fuzzer.run(seconds, min_sent, connections, proxy.address, sentinel.topic))
             report.sentinel_intact = sentinel.reads_back(proxy.address)
             broker.kill()
             broker.start()
@@ -236,7 +239,9 @@ class _Fuzzer:
         self.slow_probes = 0
         self.baseline_rss: int | None = None
 
-    async def run(self, seconds: float, connections: int, bootstrap: str, sentinel_topic: str) -> None:
+    async def run(
+        self, seconds: float, min_sent: int, connections: int, bootstrap: str, sentinel_topic: str
+    ) -> None:
         self.log_offset = self.broker.log_path.stat().st_size
         self.running.set()
         started = time.monotonic()
@@ -244,7 +249,7 @@ class _Fuzzer:
         janitor = asyncio.create_task(self._janitor(bootstrap, sentinel_topic))
         next_progress = started + PROGRESS_INTERVAL_S
         try:
-            while time.monotonic() - started < seconds:
+            while runs_on(time.monotonic() - started, seconds, self.report.requests_sent, min_sent):
                 await asyncio.sleep(MONITOR_INTERVAL_S)
                 await self._check_broker()
                 if time.monotonic() >= next_progress:

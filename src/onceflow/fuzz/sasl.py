@@ -24,6 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.faults.broker_process import BrokerProcess
+from onceflow.fuzz.duration import runs_on
 from onceflow.fuzz.frames import INT32, read_frame, responds
 from onceflow.fuzz.mutate import MUTATIONS, Seed, make_seed
 from onceflow.protocol.build import build
@@ -32,7 +33,6 @@ from onceflow.protocol.codec import decode_response, encode_request, request_typ
 BEFORE_AUTHENTICATION = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate
 RESPONSE_TIMEOUT_S = 1.0
 PROBE_TIMEOUT_S = 15.0
-LONGEST_RUN = 10  # times `seconds`, however few frames were sent by then
 USER, PASSWORD = "fuzzer", "fuzzer-secret"
 
 
@@ -70,7 +70,7 @@ def run(
 ) -> SaslFuzzReport:
     """Fuzz a new broker's SASL listener for `seconds`, half the connections unauthenticated,
     and on until each half sent `min_sent` frames (a loaded machine sends fewer a second), at
-    most `LONGEST_RUN` times as long."""
+    most ten times as long (`onceflow.fuzz.duration`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     broker = BrokerProcess(
         workdir / "data", broker_settings(), workdir / "broker.log", listener="SASL_PLAINTEXT"
@@ -100,9 +100,8 @@ class _Campaign:
         report = self.report
 
         def going_on() -> bool:
-            elapsed = time.monotonic() - started
-            too_few = min(report.sent_authenticated, report.sent_unauthenticated) < min_sent
-            return elapsed < seconds or (too_few and elapsed < LONGEST_RUN * seconds)
+            sent = min(report.sent_authenticated, report.sent_unauthenticated)
+            return runs_on(time.monotonic() - started, seconds, sent, min_sent)
 
         try:
             while going_on():
