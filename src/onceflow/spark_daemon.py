@@ -1,11 +1,12 @@
 """PySpark's worker daemon, with what every onceflow task imports imported once, before it forks.
 
-Spark forks each Python worker (a task's reader, transform or writer, a planning call) from one
-daemon per executor, and a forked worker starts with the modules its daemon had imported. PySpark's
-daemon imports almost nothing, so every new worker imported PySpark's worker, confluent-kafka and
-the Kafka protocol (kio) itself: 0.5-1.0 s of CPU each, in a query that forks dozens of them (a
-worker is not reused after a failed task, nor across executors or restarts). With this module as
-`spark.python.daemon.module` (`onceflow.spark.DAEMON_MODULE`), the daemon imports them once.
+Spark forks each task's Python worker (its reader, transform or writer) from one daemon per
+executor, and a forked worker starts with the modules its daemon had imported. PySpark's daemon
+imports almost nothing, so every new worker imported PySpark's worker, confluent-kafka and the
+Kafka protocol (kio) itself: 0.5-1.0 s of CPU each, in a query that forks dozens of them (a worker
+is not reused after a failed task, nor across executors or restarts). With this module as
+`spark.python.daemon.module` (`onceflow.spark.DAEMON_MODULE`), the daemon imports them once. (The
+driver's planning calls fork from PySpark's own daemon whatever the setting says.)
 
 Only modules that start no thread on import: a forked child keeps only the thread that forked, and a
 lock another thread held stays locked in it forever (why PySpark imports its worker after the
