@@ -6,7 +6,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,3 @@ def read_to_end(
 
 def values(records: dict[int, list[Read]]) -> list[str]:
     return [read.value for partition in sorted(records) for read in records[partition]]
-
-
-def records_or_exit(messages: list[Message]) -> list[Message]:
-    """The records among what a worker's poll returned. A fatal consumer error (a static member
-    fenced by its own successor, say: librdkafka, whose session ran out while the group's
-    coordinator moved, heartbeats with no member id) ends the worker, as any error does, so that
-    its supervisor starts another; other errors pass."""
-    for message in messages:
-        error = message.error()
-        if error is not None and error.fatal():
-            raise SystemExit(f"fatal consumer error: {error}")
-    return [message for message in messages if message.error() is None]

@@ -1,11 +1,17 @@
-"""A worker stuck in a client call past its timeout exits, so its supervisor starts it again."""
+"""A worker stuck in a client call past its timeout, or whose consumer is fenced for good, exits,
+so its supervisor starts it again."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from onceflow.client_watchdog import STUCK_EXIT_CODE
+import pytest
+from confluent_kafka import Consumer, Message, Producer
+
+from onceflow.client_watchdog import STUCK_EXIT_CODE, records_or_exit
+from onceflow.embedded import EmbeddedBroker
+from tests.conftest import wait_until
 
 PROGRAM = """
 import time
@@ -32,3 +38,41 @@ def test_a_call_stuck_past_its_timeout_ends_the_process_with_one_line() -> None:
 def test_a_call_that_returns_in_time_goes_on() -> None:
     returned = run(call_s=0.01)
     assert (returned.returncode, returned.stdout, returned.stderr) == (0, "returned\n", "")
+
+
+def test_a_static_member_fenced_by_its_successor_ends_the_process(broker: EmbeddedBroker) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    producer.produce("input", b"record")
+    assert producer.flush(30) == 0
+    config = {
+        "bootstrap.servers": broker.bootstrap_servers,
+        "group.id": "workers",
+        "group.instance.id": "worker-0",
+        "auto.offset.reset": "earliest",
+        "heartbeat.interval.ms": 100,
+    }
+    first, successor = Consumer(config), Consumer(config)
+    try:
+        first.subscribe(["input"])
+
+        def assigned() -> bool:
+            first.consume(10, timeout=0.1)
+            return bool(first.assignment())
+
+        wait_until(assigned, timeout_s=60, what="the first member's assignment")
+        successor.subscribe(["input"])  # same group.instance.id: it takes the first one's place
+        polled: list[Message] = []
+
+        def fenced() -> bool:
+            successor.poll(0)
+            polled.extend(message for message in first.consume(10, timeout=0.1) if message.error())
+            return bool(polled)
+
+        wait_until(fenced, timeout_s=60, what="an error polled by the first member")
+        # The precondition: the error is fatal, and not flagged so on the message.
+        assert "fenced" in polled[0].error().str() and not polled[0].error().fatal()
+        with pytest.raises(SystemExit, match=r"^fatal consumer error: .*fenced"):
+            records_or_exit(polled)
+    finally:
+        first.close()
+        successor.close()

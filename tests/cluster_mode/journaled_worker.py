@@ -18,8 +18,7 @@ import time
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from onceflow.client_watchdog import exit_if_stuck
-from tests.support import records_or_exit
+from onceflow.client_watchdog import exit_if_stuck, records_or_exit
 
 ABORT_EVERY = 5
 PROCESSING_S = 0.02

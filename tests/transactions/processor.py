@@ -13,8 +13,7 @@ import time
 
 from confluent_kafka import Consumer, Producer
 
-from onceflow.client_watchdog import exit_if_stuck
-from tests.support import records_or_exit
+from onceflow.client_watchdog import exit_if_stuck, records_or_exit
 
 PROCESSING_S = 0.05
 # at-least-once: the time between making the output visible and committing the offsets, the

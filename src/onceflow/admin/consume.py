@@ -42,6 +42,7 @@ from confluent_kafka import (
 from onceflow.admin import confluent
 from onceflow.admin.client import Cluster, check_reachable
 from onceflow.admin.errors import AdminError, UsageError
+from onceflow.client_watchdog import is_fatal
 
 TIMED_OUT = 3
 _POLL_S = 0.2
@@ -135,7 +136,7 @@ def _consume(consumer: Consumer, args: argparse.Namespace, show: Callable[[Messa
                 continue
             if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise AdminError(f"unknown topic {args.topic!r}")
-            if error.fatal():
+            if is_fatal(error):
                 raise AdminError(error.str())
             continue  # librdkafka retries what is not fatal (a broker down a moment, say)
         at_end.discard(message.partition() or 0)

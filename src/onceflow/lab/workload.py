@@ -38,7 +38,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from onceflow.client_watchdog import exit_if_stuck
+from onceflow.client_watchdog import exit_if_stuck, records_or_exit
 from onceflow.lab.history import HistoryWriter
 from onceflow.lab.presets import PRESETS, Preset
 
@@ -202,7 +202,7 @@ def _worker(args: argparse.Namespace, preset: Preset, history: HistoryWriter, cr
 
     consumer.subscribe([args.input], on_assign=on_assign)
     while True:
-        messages = [message for message in consumer.consume(100, timeout=0.2) if message.error() is None]
+        messages = records_or_exit(consumer.consume(100, timeout=0.2))
         if not messages:
             continue
         history.record(
