@@ -42,8 +42,9 @@ def test_a_short_campaign_finds_nothing_and_the_data_survives(
     assert len(report.requests_by_api_key) >= 20
     assert report.responses > 0 and report.connections_closed_by_broker > 0
     assert report.crashes == 0 and report.internal_errors == 0, report.findings
-    # A loaded machine delays one probe now and then (1.9 s once); a held loop is a finding.
-    assert report.clean and report.slowest_probe_s < 5 and report.rss_growth_mb < 256
+    # A loaded machine delays probes (4.7 s twice in a row once, in a suite's first minute): what
+    # a wait for a CPU does not explain is a held loop, a finding.
+    assert report.clean and report.slowest_probe_held_s < 5 and report.rss_growth_mb < 256
     assert report.sentinel_records == 300
     assert report.sentinel_intact and report.sentinel_intact_after_restart
     assert {path.name for path in regressions.glob("*.hex")} == {

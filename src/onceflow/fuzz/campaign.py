@@ -5,10 +5,11 @@
 2. Many connections send seeded mutations of them (`mutate`) for a given time, one request at a
    time each, and count answers and connections the broker closed.
 3. A monitor watches for a dead or unresponsive broker (a crash), for tracebacks in its log
-   (internal errors), for answers to its probe that take over a second twice in a row (a held
-   event loop) and for the broker's memory growing past 256 MiB. Crashes and internal errors are
-   narrowed down to the single frame that causes them, by replaying the connection's last frames
-   one by one, and saved as regression cases.
+   (internal errors), for answers to its probe that take over a second twice in a row, beyond
+   what the broker's event loop and the prober waited for a CPU (a held event loop), and for the
+   broker's memory growing past 256 MiB. Crashes and internal errors are narrowed down to the
+   single frame that causes them, by replaying the connection's last frames one by one, and
+   saved as regression cases.
 4. The sentinel data must read back byte for byte, before and after a SIGKILL and restart.
 """
 
@@ -30,7 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.faults.broker_process import BrokerProcess
 from onceflow.faults.proxy import FaultPlan, FaultProxy
-from onceflow.fuzz import corpus
+from onceflow.fuzz import corpus, cpu_wait
 from onceflow.fuzz.duration import runs_on
 from onceflow.fuzz.frames import INT32, read_frame, responds
 from onceflow.fuzz.mutate import MUTATIONS, Seed, make_seed
@@ -46,8 +47,9 @@ JANITOR_INTERVAL_S = 10.0
 FRAMES_KEPT_PER_CONNECTION = 3
 CONNECTIONS_REMEMBERED = 4096
 MAX_TRIAGES = 20
-# What counts as a stall (another client's ApiVersions waited this long, twice in a row) and as
-# memory a request must not cost the broker.
+# What counts as a stall (another client's ApiVersions waited this long, twice in a row, beyond
+# the time the broker's loop and the prober's waited for a CPU) and as memory a request must not
+# cost the broker.
 BLOCKED_S = 1.0
 MEMORY_GROWTH_BYTES = 256 << 20
 BROKER_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
@@ -82,6 +84,7 @@ class FuzzReport:
     sentinel_intact: bool = False
     sentinel_intact_after_restart: bool = False
     slowest_probe_s: float = 0.0  # what another client waited, at worst
+    slowest_probe_held_s: float = 0.0  # of it, the longest time no wait for a CPU explains
     rss_growth_mb: int = 0
 
     @property
@@ -349,9 +352,11 @@ class _Fuzzer:
         """A dead or hanging broker is a crash; a traceback in its log is an internal error; an
         event loop held past BLOCKED_S, or memory grown past MEMORY_GROWTH_BYTES, is found too."""
         alive = self.broker.process is not None and self.broker.process.poll() is None
+        waited_before = self._waited_for_cpu_s()
         started = time.perf_counter()
         answers = alive and await responds(self.broker.port, PROBE_TIMEOUT_S)
         took = time.perf_counter() - started
+        waited_after = self._waited_for_cpu_s()
         # A probe refused or cut at once (the fuzzing connections came first) is asked again
         # until PROBE_TIMEOUT_S has passed: only a broker silent that long has stopped answering.
         while alive and not answers and time.perf_counter() - started < PROBE_TIMEOUT_S:
@@ -360,18 +365,32 @@ class _Fuzzer:
         if not answers:
             await self._crashed("exited" if not alive else "stopped answering")
         else:
-            self._timed(took)
+            held = took
+            if waited_before is not None and waited_after is not None:
+                held -= waited_after - waited_before
+            self._timed(took, held)
             self._weighed()
         await self._read_log()
 
-    def _timed(self, took: float) -> None:
-        """A probe that waited past BLOCKED_S twice in a row: the broker held its event loop."""
+    def _waited_for_cpu_s(self) -> float | None:
+        """How long the broker's main thread (its event loop) and this one have waited for a CPU,
+        with the time the hypervisor kept the machine from running."""
+        assert self.broker.process is not None
+        broker = cpu_wait.waited_s(Path(f"/proc/{self.broker.process.pid}/schedstat"))
+        prober = cpu_wait.waited_s(cpu_wait.SELF)
+        return None if broker is None or prober is None else broker + prober + cpu_wait.stolen_s()
+
+    def _timed(self, took: float, held: float) -> None:
+        """A probe that waited past BLOCKED_S twice in a row, `held` of its `took` seconds not
+        spent waiting for a CPU: the broker held its event loop."""
         report = self.report
         report.slowest_probe_s = round(max(report.slowest_probe_s, took), 3)
-        self.slow_probes = self.slow_probes + 1 if took > BLOCKED_S else 0
+        report.slowest_probe_held_s = round(max(report.slowest_probe_held_s, held), 3)
+        self.slow_probes = self.slow_probes + 1 if held > BLOCKED_S else 0
         if self.slow_probes == 2 and not any(finding.kind == "blocked" for finding in report.findings):
             suspects = [frame for recent in list(self.recent.values())[-8:] for frame in recent]
-            self._found("blocked", suspects[-1] if suspects else None, f"a probe waited {took:.1f} s")
+            detail = f"a probe waited {took:.1f} s, {held:.1f} s of it not for a CPU"
+            self._found("blocked", suspects[-1] if suspects else None, detail)
 
     def _weighed(self) -> None:
         """The broker's resident memory: past its first reading by MEMORY_GROWTH_BYTES, a finding."""

@@ -58,6 +58,7 @@ def print_report(report: FuzzReport) -> None:
         ("crashes", str(report.crashes)),
         ("internal errors", str(report.internal_errors)),
         ("slowest answer to another client", f"{report.slowest_probe_s:.2f} s"),
+        ("... of it not waiting for a CPU", f"{report.slowest_probe_held_s:.2f} s"),
         ("broker memory growth", f"{report.rss_growth_mb} MiB"),
         ("sentinel data intact", _yes(report.sentinel_intact)),
         ("... after SIGKILL and restart", _yes(report.sentinel_intact_after_restart)),
