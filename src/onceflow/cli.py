@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"onceflow: configuration error: {error}", file=sys.stderr)
         return 2
+    except MissingExtraError as error:
+        print(error, file=sys.stderr)
+        return 1
 
 
 def _add_other_commands(commands: argparse._SubParsersAction[Any]) -> None:
@@ -114,28 +117,24 @@ def _run_other_command(parser: argparse.ArgumentParser, args: argparse.Namespace
         from onceflow.process_tree import stop_tree_on_interrupt
 
         stop_tree_on_interrupt()  # they start brokers, clients and pipelines
-    try:
-        if args.command == "log":
-            return _check_logs(args.data_dir, args.json)
-        if args.command == "demo":
-            from onceflow.demo import run_demo
+    if args.command == "log":
+        return _check_logs(args.data_dir, args.json)
+    if args.command == "demo":
+        from onceflow.demo import run_demo
 
-            return run_demo(args.report_dir, args.seed, args.short, args.bootstrap)
-        if args.command == "lab":
-            from onceflow.lab.command import run_lab_command
+        return run_demo(args.report_dir, args.seed, args.short, args.bootstrap)
+    if args.command == "lab":
+        from onceflow.lab.command import run_lab_command
 
-            return run_lab_command(args)
-        if args.command == "fuzz":
-            from onceflow.fuzz.command import run_fuzz_command
+        return run_lab_command(args)
+    if args.command == "fuzz":
+        from onceflow.fuzz.command import run_fuzz_command
 
-            return run_fuzz_command(args)
-        if args.command == "pipeline":
-            from onceflow.pipeline.command import run_pipeline_command
+        return run_fuzz_command(args)
+    if args.command == "pipeline":
+        from onceflow.pipeline.command import run_pipeline_command
 
-            return run_pipeline_command(args)
-    except MissingExtraError as error:
-        print(error, file=sys.stderr)
-        return 1
+        return run_pipeline_command(args)
     parser.error(f"unknown command {args.command}")
     return 2
 
