@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import subprocess
@@ -50,6 +51,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return spark_lane(nodeid) or nodeid.split("::")[0]
 
+        def remove_node(self, node: Any) -> str | None:
+            """A crashed worker's test is reported once as crashed, and its scope's other
+            unfinished tests go to the other workers; loadscope would run the crashed one again
+            first, on each worker that replaces the last, until the restarts ran out."""
+            units = self.assigned_work.get(node, {}).values()
+            crashed = next((nodeid for unit in units for nodeid, done in unit.items() if not done), None)
+            for unit in units:
+                if crashed in unit:
+                    unit[crashed] = True
+            super().remove_node(node)
+            return crashed
+
     config.option.loadscopereorder = False
     return SparkLaneScheduling(config, log)
 
@@ -60,6 +73,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             raise pytest.UsageError(f"{item.nodeid}: Spark tests, and only they, belong in SPARK_LANES")
     # Stable: the Spark lane, then the long runs (soak), then the rest, so no long file starts last.
     items.sort(key=lambda item: (spark_lane(item.nodeid) is None, item.get_closest_marker("soak") is None))
+
+
+# pytest-timeout's alarm runs Python code, so it needs the GIL: a test stuck in C code that holds
+# it (librdkafka closing a consumer inside a rebalance callback, waiting for a broker that runs in
+# the same process) would stall the suite until CI gives up. faulthandler's watchdog is a thread
+# of C that needs no GIL: past the test's timeout and this margin it prints every thread's stack
+# and ends the worker, which pytest-xdist reports as crashed and replaces.
+HUNG_MARGIN_S = 60
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    marker = item.get_closest_marker("timeout")
+    timeout_s = float(marker.args[0] if marker and marker.args else item.config.getini("timeout"))
+    faulthandler.dump_traceback_later(timeout_s + HUNG_MARGIN_S, exit=True)
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="session")

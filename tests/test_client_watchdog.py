@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer
 
 from onceflow.client_watchdog import STUCK_EXIT_CODE, records_or_exit
-from onceflow.embedded import EmbeddedBroker
-from tests.conftest import wait_until
+from tests.conftest import FAST_JOINS, BrokerProcess, wait_until
 
 PROGRAM = """
 import time
@@ -40,12 +40,22 @@ def test_a_call_that_returns_in_time_goes_on() -> None:
     assert (returned.returncode, returned.stdout, returned.stderr) == (0, "returned\n", "")
 
 
-def test_a_static_member_fenced_by_its_successor_ends_the_process(broker: EmbeddedBroker) -> None:
-    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+def test_a_static_member_fenced_by_its_successor_ends_the_process(tmp_path: Path) -> None:
+    # A broker of its own process: closing a consumer can wait in a rebalance callback, holding
+    # the GIL, for an answer that a broker in this process could then never send.
+    broker = BrokerProcess(tmp_path / "data", settings=FAST_JOINS).start()
+    try:
+        _fence_a_static_member(broker.bootstrap_servers)
+    finally:
+        broker.kill()
+
+
+def _fence_a_static_member(bootstrap_servers: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
     producer.produce("input", b"record")
     assert producer.flush(30) == 0
     config = {
-        "bootstrap.servers": broker.bootstrap_servers,
+        "bootstrap.servers": bootstrap_servers,
         "group.id": "workers",
         "group.instance.id": "worker-0",
         "auto.offset.reset": "earliest",
