@@ -97,11 +97,18 @@ def committed_offsets(bootstrap: str) -> list[int] | None:
 
 
 def answered(bootstrap: str) -> list[int]:
-    """`committed_offsets`, once the coordinator answers."""
-    wait_until(lambda: committed_offsets(bootstrap) is not None, timeout_s=60)
-    offsets = committed_offsets(bootstrap)
-    assert offsets is not None
-    return offsets
+    """`committed_offsets`, from the first answer the coordinator gives (asking again could
+    find it busy: a loaded run's second ask timed out)."""
+    answers: list[list[int]] = []
+
+    def answer() -> bool:
+        offsets = committed_offsets(bootstrap)
+        if offsets is not None:
+            answers.append(offsets)
+        return offsets is not None
+
+    wait_until(answer, timeout_s=60)
+    return answers[-1]
 
 
 def committed_at_least(bootstrap: str, total: int) -> list[int] | None:
