@@ -173,7 +173,7 @@ def test_a_session_partition_the_follower_has_all_of_is_skipped_only_while_nothi
 
     def skipped() -> bool:
         """As a fetch's read: a partition not skipped is read in full, the follower's offset noted."""
-        if Broker.follower_caught_up(cast(Broker, broker), "t", FOLLOWER, wanted) is log:
+        if Broker.follower_caught_up(cast(Broker, broker), "t", FOLLOWER, wanted, 10_000) is log:
             return True
         partition.follower_fetched(FOLLOWER, wanted.fetch_offset, now_ms=0)
         return False
@@ -197,6 +197,53 @@ def test_a_session_partition_the_follower_has_all_of_is_skipped_only_while_nothi
     assert partition.lagging(lag_ms=500, now_ms=10_000) == []  # a skipped fetch counts as caught up
     partition.make_follower(3, 2, (LEADER, FOLLOWER, 3), (3,), isr_version=6)
     assert not skipped()  # led elsewhere now
+
+
+def test_a_skipped_partition_is_read_again_once_its_flush_another_follower_or_its_start_moves(
+    tmp_path: Path,
+) -> None:
+    # The skip remembers what it depended on: each of these changes news for the follower
+    # (the high watermark or the log start), and none of them is a fetch of this follower.
+    third = 3
+    log = open_log(tmp_path / "leader")
+    partition = Partition("t", 0, log, LEADER, stamps_epochs=True)
+    partition.make_leader(1, (LEADER, FOLLOWER, third), (LEADER, FOLLOWER, third), isr_version=5, now_ms=0)
+    broker = SimpleNamespace(
+        _partitions={("t", 0): partition}, logs=SimpleNamespace(get=lambda topic, index: log)
+    )
+    wanted = WantedPartition(0, fetch_offset=0, partition_max_bytes=100, current_leader_epoch=1)
+
+    def skipped() -> bool:
+        return Broker.follower_caught_up(cast(Broker, broker), "t", FOLLOWER, wanted, 10_000) is log
+
+    def answered() -> None:
+        """A full read: the follower's offset noted, the marks it was sent remembered."""
+        partition.follower_fetched(FOLLOWER, wanted.fetch_offset, now_ms=0)
+        hw = partition.high_watermark()
+        wanted.sent = (hw, log.last_stable_offset(hw), log.log_start_offset)
+
+    append(log, make_batch(2))
+    partition.follower_fetched(third, 2, now_ms=0)
+    wanted.fetch_offset = 2
+    answered()
+    assert wanted.sent == (0, 0, 0)  # not flushed yet
+    assert skipped() and skipped()
+    log.flush()
+    assert not skipped()  # the high watermark moves to 2
+    answered()
+    assert skipped()
+    write(log)
+    wanted.fetch_offset = 3
+    answered()
+    assert wanted.sent == (2, 2, 0) and skipped()  # the third replica is still at 2
+    partition.follower_fetched(third, 3, now_ms=0)
+    assert not skipped()  # now at 3
+    answered()
+    assert skipped()
+    log.delete_records_before(1)
+    assert not skipped()  # the log start moved
+    answered()
+    assert skipped()
 
 
 def test_waits_are_woken_only_when_the_high_watermark_moved(tmp_path: Path) -> None:

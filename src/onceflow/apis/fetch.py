@@ -20,7 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from onceflow.apis.common import Request, leader_endpoints, topic_name
-from onceflow.broker.core import Broker
+from onceflow.broker.core import Broker, now_ms
 from onceflow.broker.fetch_sessions import FetchSession
 from onceflow.log.errors import LogError
 from onceflow.log.log import PartitionLog
@@ -157,6 +157,7 @@ def _read(
     total = 0
     responses = []
     reads = []
+    now = now_ms()
     for topic in topics:
         topic_id = getattr(topic, "topic_id", None)
         name = topic_name(request, getattr(topic, "topic", None), topic_id, FIRST_VERSION_WITH_TOPIC_IDS)
@@ -169,7 +170,7 @@ def _read(
         partitions = []
         for wanted in topic.partitions:
             if session is not None:
-                caught_up = broker.follower_caught_up(name, replica_id, wanted)
+                caught_up = broker.follower_caught_up(name, replica_id, wanted, now)
                 if caught_up is not None:  # nothing new to answer for it (`FetchSession.changes`)
                     reads.append((name, wanted.partition, caught_up))
                     continue

@@ -81,6 +81,21 @@ GroupShard: TypeAlias = Shard[GroupCoordinator]
 TransactionShard: TypeAlias = Shard[TransactionCoordinator]
 
 
+def _quiet_stamp(partition: Partition, wanted: WantedPartition) -> tuple[int, ...]:
+    """What a session partition found caught up stays so while it is the same: the partition's
+    state, its log's ends (appends, flushes, a moved start) and what the follower named."""
+    log = partition.log
+    return (
+        partition.version,
+        log.log_end_offset,
+        log.flushed_offset,
+        log.log_start_offset,
+        wanted.fetch_offset,
+        wanted.current_leader_epoch,
+        *(wanted.sent or ()),
+    )
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -617,7 +632,7 @@ class Broker:
     def _forget_partition(self, key: tuple[str, int]) -> None:
         partition = self._partitions.pop(key)
         self._partitions_by_log.pop(partition.log, None)
-        partition.wake(time.perf_counter())
+        partition.forget(time.perf_counter())
 
     def _follow(self, view: ClusterView, following: dict[int, dict[tuple[str, int], int]]) -> None:
         """One fetcher per leader followed, started again when what it follows there changes."""
@@ -692,12 +707,22 @@ class Broker:
         if joining is not None:
             self._change_isr(partition, joining)
 
-    def follower_caught_up(self, topic: str, replica_id: int, wanted: WantedPartition) -> PartitionLog | None:
+    def follower_caught_up(
+        self, topic: str, replica_id: int, wanted: WantedPartition, now_ms: int
+    ) -> PartitionLog | None:
         """A partition of a follower's session that it has all of: its log when this broker
         leads it at the epoch the follower names, the follower is at the log end, and the high
         watermark, last stable offset and log start are still those last answered; None
         otherwise. The fetch then counts the follower as caught up and has nothing to tell it:
-        skipping the full read keeps a session's idle partitions cheap on every fetch."""
+        skipping the full read keeps a session's idle partitions cheap on every fetch. Found
+        caught up once, a partition is again while neither it, its log's ends nor what the
+        follower named changed, which takes a few comparisons (most of a session is idle)."""
+        if wanted.quiet is not None:
+            quiet, stamp = wanted.quiet
+            if stamp == _quiet_stamp(quiet, wanted) and not quiet.log.closed:
+                quiet.caught_up(replica_id, now_ms)
+                return quiet.log
+            wanted.quiet = None
         sent = wanted.sent
         partition = self._partitions.get((topic, wanted.partition))
         if sent is None or partition is None or partition.leader_epoch != wanted.current_leader_epoch:
@@ -705,11 +730,10 @@ class Broker:
         partition_log = partition.log
         if self.logs.get(topic, wanted.partition) is not partition_log:
             return None
-        return (
-            partition_log
-            if partition.unchanged_for(replica_id, wanted.fetch_offset, sent, now_ms())
-            else None
-        )
+        if not partition.unchanged_for(replica_id, wanted.fetch_offset, sent, now_ms):
+            return None
+        wanted.quiet = partition, _quiet_stamp(partition, wanted)
+        return partition_log
 
     def _change_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
         """Write the partition's new ISR to ZooKeeper (a compare-and-set on the state this broker

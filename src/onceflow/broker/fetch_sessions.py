@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from onceflow.broker.partition import Partition
 
 # A follower has one fetcher per leader; a second session lets a new fetcher start while the
 # one it replaces still runs. The oldest beyond that is dropped.
@@ -31,6 +34,9 @@ class WantedPartition:
     partition_max_bytes: int
     current_leader_epoch: int = -1  # as last named: checked on every read, named or not
     sent: tuple[int, int, int] | None = None  # high watermark, last stable, log start last answered
+    # The leader's partition and what its skip depended on, when it was last found caught up
+    # (`Broker.follower_caught_up`).
+    quiet: tuple[Partition, tuple[int, ...]] | None = None
 
 
 @dataclass

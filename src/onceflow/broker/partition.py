@@ -57,6 +57,9 @@ class Partition:
         # acks=all answers (and coordinator writes) waiting for the high watermark to move.
         self.waiters: set[asyncio.Future[float | None]] = set()
         self._woken_at_high_watermark = -1  # by `wake_if_moved`
+        # Counts the changes to all of the above but the waits: a leader's fetch sessions skip
+        # a partition they found caught up while this (and its log's ends) stayed the same.
+        self.version = 0
 
     @property
     def key(self) -> tuple[str, int]:
@@ -86,6 +89,7 @@ class Partition:
         while it leads, which an ISR change by the controller makes, is no new leadership). A
         new epoch starts at the log end (the leader-epoch checkpoint), which is where followers
         holding more cut their logs, and what the leader knew of its followers is forgotten."""
+        self.version += 1
         became_leader = not self.is_leader
         new_epoch = became_leader or epoch != self.leader_epoch
         self.replicas = replicas
@@ -108,6 +112,7 @@ class Partition:
         self, leader_id: int, epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...], isr_version: int
     ) -> None:
         """Follow `leader_id` (NO_LEADER: nobody leads it now)."""
+        self.version += 1
         if self.is_leader:
             # Counted from the log end at most: a follower's high watermark is the leader's.
             self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
@@ -118,6 +123,7 @@ class Partition:
     def update_isr(self, isr: tuple[int, ...], version: int) -> None:
         """The ISR as the metadata says it now. A change this leader wrote ends once the
         metadata shows a version at or past its write."""
+        self.version += 1
         self.isr, self.isr_version = isr, version
         pending = self.pending_isr
         if pending is not None and (version > pending.based_on_version or isr == pending.isr):
@@ -128,6 +134,7 @@ class Partition:
         """Start changing the ISR to `isr`, unless a change is in flight already."""
         if self.pending_isr is not None or not self.is_leader:
             return None
+        self.version += 1
         self.pending_isr = PendingIsrChange(isr, self.isr_version)
         return self.pending_isr
 
@@ -135,6 +142,7 @@ class Partition:
         """The write of `change` ended. A failed one is forgotten (someone else wrote first: the
         next metadata says what); a written one stays maximal until the metadata shows it."""
         if self.pending_isr is change and not written:
+            self.version += 1
             self.pending_isr = None
 
     def follower_fetched(
@@ -147,6 +155,7 @@ class Partition:
         without those records)."""
         if not self.is_leader or replica_id not in self.replicas:
             return False, None
+        self.version += 1
         moved = self._log_ends.get(replica_id) != fetch_offset
         before = self._high_watermark
         self._log_ends[replica_id] = fetch_offset
@@ -187,6 +196,10 @@ class Partition:
         )
         return marks == sent
 
+    def caught_up(self, replica_id: int, now_ms: int) -> None:
+        """An ISR follower fetched at the log end at `now_ms` (not lagging then)."""
+        self._caught_up_ms[replica_id] = now_ms
+
     def lagging(self, lag_ms: int, now_ms: int) -> list[int]:
         """ISR members that have not caught up for `lag_ms` (Kafka's replica.lag.time.max.ms)."""
         return [
@@ -218,6 +231,7 @@ class Partition:
 
     def learned_high_watermark(self, high_watermark: int) -> None:
         """A follower's: what the leader said (or lower, after a cut)."""
+        self.version += 1
         self._high_watermark = high_watermark
 
     @property
@@ -234,6 +248,11 @@ class Partition:
         if high_watermark != self._woken_at_high_watermark:
             self._woken_at_high_watermark = high_watermark
             self.wake(woken_at)
+
+    def forget(self, woken_at: float) -> None:
+        """This broker holds the partition no more (or holds another log for it)."""
+        self.version += 1
+        self.wake(woken_at)
 
     def wake(self, woken_at: float) -> None:
         """The high watermark may have moved, or the role changed: every wait looks again."""

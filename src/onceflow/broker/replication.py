@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -62,10 +62,10 @@ class FollowedPartition:
     high_watermark: int  # the last one this broker learned
     truncated: bool = False  # until the log is cut to a prefix of the leader's
     retry_at: float = 0.0  # after an error, left out of requests until this monotonic time
+    key: tuple[str, int] = field(init=False)  # (topic, partition), looked up on every fetch
 
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.partition
+    def __post_init__(self) -> None:
+        self.key = self.topic, self.partition
 
 
 class LeaderFetcher:
@@ -119,19 +119,26 @@ class LeaderFetcher:
         self._session_epoch = 0  # a new connection: a new session (also with a leader that declined)
         while self.partitions:
             now = time.monotonic()
-            ready = [followed for followed in self.partitions.values() if followed.retry_at <= now]
-            truncating = [followed for followed in ready if not followed.truncated]
+            # One pass over the partitions a fetch: most of them are idle (`__consumer_offsets`).
+            ready, truncating, next_retry_at = [], [], None
+            for candidate in self.partitions.values():
+                if candidate.retry_at > now:
+                    next_retry_at = min(candidate.retry_at, next_retry_at or candidate.retry_at)
+                    continue
+                ready.append(candidate)
+                if not candidate.truncated:
+                    truncating.append(candidate)
             if truncating:
                 await self._truncate(link, truncating)
                 continue
-            backing_off = [
-                followed.retry_at for followed in self.partitions.values() if followed.retry_at > now
-            ]
             if not ready:
-                await asyncio.sleep(min(backing_off) - now)
+                assert next_retry_at is not None
+                await asyncio.sleep(next_retry_at - now)
                 continue
             # A partition backing off after an error joins the next request in time.
-            wait_ms = min([FETCH_MAX_WAIT_MS, *(int((at - now) * 1000) + 1 for at in backing_off)])
+            wait_ms = FETCH_MAX_WAIT_MS
+            if next_retry_at is not None:
+                wait_ms = min(wait_ms, int((next_retry_at - now) * 1000) + 1)
             answer = await self._fetch(link, ready, wait_ms)
             if answer.error_code in _SESSION_LOST:
                 self._session_epoch = 0  # the leader restarted or dropped it: start another
@@ -263,12 +270,20 @@ class LeaderFetcher:
     ) -> FetchAnswer:
         """Fetch the `ready` partitions: in a session, only those whose fetch offset moved
         (the leader's session holds the others'); a new session whenever the set changes."""
-        epoch = self._session_epoch
-        if epoch > 0 and {followed.key for followed in ready} != self._session_offsets.keys():
-            epoch = 0
-        offsets = {followed.key: followed.log.log_end_offset for followed in ready}
         held = self._session_offsets
-        moved = [followed for followed in ready if held.get(followed.key) != offsets[followed.key]]
+        same_partitions = len(ready) == len(held)
+        ends: dict[tuple[str, int], int] = {}  # of the partitions whose offset moved
+        moved = []
+        for followed in ready:
+            end = followed.log.log_end_offset
+            known = held.get(followed.key)
+            if known != end:
+                moved.append(followed)
+                ends[followed.key] = end
+                same_partitions = same_partitions and known is not None
+        epoch = self._session_epoch
+        if epoch > 0 and not same_partitions:
+            epoch = 0
         fetching = moved if epoch > 0 else ready
         answer = await link.fetch(
             {
@@ -296,12 +311,13 @@ class LeaderFetcher:
         )
         if answer.error_code == ErrorCode.none and epoch >= 0:
             if epoch == 0:
-                self._session_offsets = {}
+                # What the new session holds: every partition, unmoved ones where they were.
+                self._session_offsets = {followed.key: held.get(followed.key, -1) for followed in ready}
                 # An answer without a session id: the leader declines sessions; full fetches then.
                 self._session_id, self._session_epoch = answer.session_id, 1 if answer.session_id else -1
             else:
                 self._session_epoch = next_epoch(self._session_epoch)
-            self._session_offsets.update({followed.key: offsets[followed.key] for followed in fetching})
+            self._session_offsets.update(ends)
         return answer
 
 
