@@ -142,9 +142,11 @@ def _run_other_command(parser: argparse.ArgumentParser, args: argparse.Namespace
 def _run_broker(args: argparse.Namespace) -> int:
     from onceflow.broker.core import Broker
     from onceflow.cluster.errors import ClusterError
+    from onceflow.heap_reuse import keep_freed_buffers
     from onceflow.log.errors import LogError, LogLoadError
     from onceflow.server import BrokerServer
 
+    keep_freed_buffers()
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
