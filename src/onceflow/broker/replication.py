@@ -123,7 +123,8 @@ class LeaderFetcher:
             ready, truncating, next_retry_at = [], [], None
             for candidate in self.partitions.values():
                 if candidate.retry_at > now:
-                    next_retry_at = min(candidate.retry_at, next_retry_at or candidate.retry_at)
+                    at = candidate.retry_at
+                    next_retry_at = at if next_retry_at is None else min(at, next_retry_at)
                     continue
                 ready.append(candidate)
                 if not candidate.truncated:
