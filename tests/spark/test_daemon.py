@@ -13,6 +13,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from onceflow.spark_daemon import SINGLE_THREADED
+
 pytestmark = pytest.mark.spark
 
 
@@ -39,20 +41,25 @@ def test_a_task_runs_in_a_worker_forked_from_the_preloading_daemon(spark: SparkS
     assert row.hypothesis, "a worker imports Hypothesis, which it never uses"
 
 
-@pytest.mark.parametrize("also", ["", "pyarrow"])
-def test_the_daemon_imports_nothing_that_starts_a_thread(also: str) -> None:
+@pytest.mark.parametrize("preload", [True, False])
+def test_the_daemon_preloads_without_starting_a_thread(preload: bool) -> None:
     """A forked worker keeps only the thread that forked it: a lock another thread of the daemon
-    held would stay locked in it. pyarrow (the control) starts threads as it is imported."""
+    held would stay locked in it. numpy (OpenBLAS) and pyarrow (jemalloc) start a thread as they
+    are imported unless told not to: the control imports the same modules without `preload`."""
+    imports = "spark_daemon.preload()" if preload else "for name in spark_daemon.PRELOADED: __import__(name)"
     script = (
-        "import os, sys\n"
-        "from onceflow.spark_daemon import preload\n"
-        "preload()\n"
-        f"if {also!r}: __import__({also!r})\n"
+        f"import os\nfrom onceflow import spark_daemon\n{imports}\n"
         "print(len(os.listdir('/proc/self/task')))\n"
     )
+    environment = {key: value for key, value in os.environ.items() if key not in SINGLE_THREADED}
     threads = int(
         subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            env=environment,
         ).stdout
     )
-    assert (threads == 1) == (not also), threads
+    assert (threads == 1) == preload, threads
