@@ -7,11 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from confluent_kafka import Consumer, Message, Producer
-
-from onceflow.client_watchdog import STUCK_EXIT_CODE, records_or_exit
-from tests.conftest import FAST_JOINS, BrokerProcess, wait_until
+from onceflow.client_watchdog import STUCK_EXIT_CODE
+from tests.conftest import FAST_JOINS, BrokerProcess
 
 PROGRAM = """
 import time
@@ -41,48 +38,78 @@ def test_a_call_that_returns_in_time_goes_on() -> None:
 
 
 def test_a_static_member_fenced_by_its_successor_ends_the_process(tmp_path: Path) -> None:
-    # A broker of its own process: closing a consumer can wait in a rebalance callback, holding
-    # the GIL, for an answer that a broker in this process could then never send.
+    # The consumers run in a process of their own, which leaves without closing them: librdkafka
+    # can wait for ever in a consumer's close after a fencing (in a rebalance callback, holding
+    # the GIL), and the broker runs apart for the same reason.
     broker = BrokerProcess(tmp_path / "data", settings=FAST_JOINS).start()
     try:
-        _fence_a_static_member(broker.bootstrap_servers)
+        fencing = subprocess.run(
+            [sys.executable, "-c", FENCING, broker.bootstrap_servers],
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
     finally:
         broker.kill()
+    assert fencing.returncode == 0, fencing.stdout + fencing.stderr
+    polled, flagged_fatal, exit_message = fencing.stdout.splitlines()[-3:]
+    # The precondition: the error is fatal, and not flagged so on the message.
+    assert "fenced" in polled and flagged_fatal == "False", fencing.stdout
+    assert exit_message.startswith("fatal consumer error: ") and "fenced" in exit_message
 
 
-def _fence_a_static_member(bootstrap_servers: str) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap_servers})
-    producer.produce("input", b"record")
-    assert producer.flush(30) == 0
-    config = {
-        "bootstrap.servers": bootstrap_servers,
-        "group.id": "workers",
-        "group.instance.id": "worker-0",
-        "auto.offset.reset": "earliest",
-        "heartbeat.interval.ms": 100,
-    }
-    first, successor = Consumer(config), Consumer(config)
-    try:
-        first.subscribe(["input"])
+# A static member, then its successor with the same group.instance.id, which takes its place: the
+# first member's poll returns the fencing error, which `records_or_exit` ends the process on.
+FENCING = """
+import os, sys, time
+from confluent_kafka import Consumer, Producer
+from onceflow.client_watchdog import records_or_exit
 
-        def assigned() -> bool:
-            first.consume(10, timeout=0.1)
-            return bool(first.assignment())
+bootstrap_servers = sys.argv[1]
+producer = Producer({"bootstrap.servers": bootstrap_servers})
+producer.produce("input", b"record")
+assert producer.flush(30) == 0
+config = {
+    "bootstrap.servers": bootstrap_servers,
+    "group.id": "workers",
+    "group.instance.id": "worker-0",
+    "auto.offset.reset": "earliest",
+    "heartbeat.interval.ms": 100,
+}
 
-        wait_until(assigned, timeout_s=60, what="the first member's assignment")
-        successor.subscribe(["input"])  # same group.instance.id: it takes the first one's place
-        polled: list[Message] = []
 
-        def fenced() -> bool:
-            successor.poll(0)
-            polled.extend(message for message in first.consume(10, timeout=0.1) if message.error())
-            return bool(polled)
+def until(condition, what):
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, what
 
-        wait_until(fenced, timeout_s=60, what="an error polled by the first member")
-        # The precondition: the error is fatal, and not flagged so on the message.
-        assert "fenced" in polled[0].error().str() and not polled[0].error().fatal()
-        with pytest.raises(SystemExit, match=r"^fatal consumer error: .*fenced"):
-            records_or_exit(polled)
-    finally:
-        first.close()
-        successor.close()
+
+def assigned():
+    first.consume(10, timeout=0.1)
+    return first.assignment()
+
+
+first, successor = Consumer(config), Consumer(config)
+first.subscribe(["input"])
+until(assigned, "the first member's assignment")
+successor.subscribe(["input"])
+polled = []
+
+
+def fenced():
+    successor.poll(0)
+    polled.extend(message for message in first.consume(10, timeout=0.1) if message.error())
+    return polled
+
+
+until(fenced, "an error polled by the first member")
+print(polled[0].error().str())
+print(polled[0].error().fatal())
+try:
+    records_or_exit(polled)
+    print("went on")
+except SystemExit as leaving:
+    print(leaving)
+sys.stdout.flush()
+os._exit(0)  # without closing the consumers
+"""
