@@ -52,9 +52,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return spark_lane(nodeid) or nodeid.split("::")[0]
 
         def remove_node(self, node: Any) -> str | None:
-            """A crashed worker's test is reported once as crashed, and its scope's other
-            unfinished tests go to the other workers; loadscope would run the crashed one again
-            first, on each worker that replaces the last, until the restarts ran out."""
+            """A crashed worker's test is reported as crashed and is not handed to another
+            worker, which loadscope would do with its scope's unfinished tests (the run stops
+            after a crash: `--max-worker-restart=0` in pyproject.toml)."""
             units = self.assigned_work.get(node, {}).values()
             crashed = next((nodeid for unit in units for nodeid, done in unit.items() if not done), None)
             for unit in units:
@@ -79,7 +79,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # it (librdkafka closing a consumer inside a rebalance callback, waiting for a broker that runs in
 # the same process) would stall the suite until CI gives up. faulthandler's watchdog is a thread
 # of C that needs no GIL: past the test's timeout and this margin it prints every thread's stack
-# and ends the worker, which pytest-xdist reports as crashed and replaces.
+# and ends the worker, which pytest-xdist reports as crashed.
 HUNG_MARGIN_S = 60
 
 
