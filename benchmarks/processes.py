@@ -290,6 +290,18 @@ class OnceflowCluster:
         self.stop()
 
 
+def delete_topic(bootstrap: str, topic: str, data_dir: Path, timeout_s: float = 60.0) -> None:
+    """Delete the topic and wait until no broker under `data_dir` has a file of it left: its
+    page cache is then free for the next writes."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    deadline = time.monotonic() + timeout_s
+    while any(data_dir.rglob(f"{topic}-*")):
+        if time.monotonic() > deadline:
+            raise BenchmarkError(f"{topic} still has partition directories under {data_dir}")
+        time.sleep(0.1)
+
+
 def _all_in_sync(described: PartitionMetadata, live: set[int]) -> bool:
     """A live broker leads the partition and every replica is live and in its ISR."""
     return described.leader in live and set(described.isrs) == set(described.replicas) <= live

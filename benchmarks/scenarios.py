@@ -34,6 +34,7 @@ from processes import (
     BrokerProcess,
     OnceflowCluster,
     ScriptSession,
+    delete_topic,
     mock_broker,
     onceflow_broker,
     run_client,
@@ -1041,8 +1042,9 @@ def replication(run: Run) -> Outcome:
         side: {"produce": [], "latency": []} for side in ("single", "cluster")
     }
     unreplicated_latency: list[dict[str, Any]] = []
+    single_dir = run.new_dir("replication-single-data")
     with (
-        onceflow_broker(run.new_dir("replication-single-data"), settings, run.work_dir) as single,
+        onceflow_broker(single_dir, settings, run.work_dir) as single,
         OnceflowCluster(
             CLUSTER_SIZE, run.new_dir("replication-cluster-data"), settings, run.work_dir
         ) as cluster,
@@ -1052,23 +1054,31 @@ def replication(run: Run) -> Outcome:
             f"start ZooKeeper and {CLUSTER_SIZE} brokers, zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}"
         )
         cluster.start()
-        for topic in ("replication-produce", "replication-latency", "replication-failover"):
+        for topic in ("replication-latency", "replication-failover"):
             cluster.create_topic(topic, THROUGHPUT_PARTITIONS)
         # The same load on the same brokers without followers: what sharing the cores with three
         # brokers costs a record before replication adds anything.
         cluster.create_topic(UNREPLICATED_LATENCY_TOPIC, THROUGHPUT_PARTITIONS, replication_factor=1)
-        sides: list[tuple[str, Reachable, list[BrokerProcess]]] = [
-            ("single", single, [single]),
-            ("cluster", cluster, list(cluster.brokers.values())),
+        sides: list[tuple[str, Reachable, list[BrokerProcess], Path]] = [
+            ("single", single, [single], single_dir),
+            ("cluster", cluster, list(cluster.brokers.values()), cluster.data_dir),
         ]
         # Each run starts with no dirty page left to write back: the cluster's produce runs
         # leave gigabytes of it, whose writeback would slow the fsyncs of the runs after them.
+        # And each writes a topic of its own, deleted after it: on this VM a page the kernel
+        # has not used since boot costs ten times the CPU to write into (0.2 against 2.3 ms a
+        # MB, the host's fault), and which side's round crossed into such memory decided the
+        # CPU ratio more than the brokers did (2.13 to 4.33 x in one run).
         for number in range(1, run.sizes.rounds + 1):
-            for side, target, brokers in _in_turn(sides, number):
+            for side, target, brokers, data_dir in _in_turn(sides, number):
+                topic = f"replication-produce-{number}"
+                if side == "cluster":
+                    cluster.create_topic(topic, THROUGHPUT_PARTITIONS)
                 os.sync()
-                runs[side]["produce"].append(_produce_counting_cpu(run, target, brokers, total_bytes))
+                runs[side]["produce"].append(_produce_counting_cpu(run, target, brokers, topic, total_bytes))
+                delete_topic(target.bootstrap, topic, data_dir)
         for number in range(1, run.sizes.rounds + 1):
-            for side, target, _ in _in_turn(sides, number):
+            for side, target, _, _ in _in_turn(sides, number):
                 os.sync()
                 runs[side]["latency"].append(_steady_latency(run, target, "replication-latency"))
             os.sync()
@@ -1156,12 +1166,12 @@ def replication(run: Run) -> Outcome:
 
 
 def _produce_counting_cpu(
-    run: Run, target: Reachable, brokers: list[BrokerProcess], total_bytes: int
+    run: Run, target: Reachable, brokers: list[BrokerProcess], topic: str, total_bytes: int
 ) -> dict[str, Any]:
     """`_produce` of 1 KB records, plus the CPU seconds its brokers spent meanwhile: on 2 cores,
     whether a cluster's brokers (each appending every byte) ran out of CPU."""
     cpu_before = [broker.cpu_seconds() for broker in brokers]
-    figures = _produce(run, target, "replication-produce", 1000, total_bytes)
+    figures = _produce(run, target, topic, 1000, total_bytes)
     cpu = [broker.cpu_seconds() - before for broker, before in zip(brokers, cpu_before, strict=True)]
     return {
         **figures,
