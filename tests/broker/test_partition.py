@@ -162,7 +162,8 @@ def test_lagging_followers_are_those_not_caught_up_for_the_lag_time(tmp_path: Pa
 def test_a_session_partition_the_follower_has_all_of_is_skipped_only_while_nothing_moved(
     tmp_path: Path,
 ) -> None:
-    # `Broker.follower_caught_up` on a stand-in broker holding one partition led here.
+    # A session fetch's read of the partition (`Broker.recheck_quiet`, then
+    # `Broker.follower_caught_up`) on a stand-in broker holding one partition led here.
     log = open_log(tmp_path / "leader")
     partition = leading(log, isr=(LEADER, FOLLOWER))
     write(log, 2)
@@ -173,7 +174,7 @@ def test_a_session_partition_the_follower_has_all_of_is_skipped_only_while_nothi
 
     def skipped() -> bool:
         """As a fetch's read: a partition not skipped is read in full, the follower's offset noted."""
-        if Broker.follower_caught_up(cast(Broker, broker), "t", FOLLOWER, wanted, 10_000) is log:
+        if caught_up(broker, wanted) is log:
             return True
         partition.follower_fetched(FOLLOWER, wanted.fetch_offset, now_ms=0)
         return False
@@ -195,6 +196,13 @@ def test_a_session_partition_the_follower_has_all_of_is_skipped_only_while_nothi
     wanted.sent = (3, 3, 0)
     assert skipped()
     assert partition.lagging(lag_ms=500, now_ms=10_000) == []  # a skipped fetch counts as caught up
+    wanted.fetch_offset = 2
+    assert not skipped()  # the follower cut its log back: records to copy again
+    wanted.fetch_offset = 3
+    assert not skipped()  # read in full once more, noting the follower at 3
+    assert skipped()
+    append(log, make_batch(1))
+    assert not skipped()  # records to copy, before the leader's flush
     partition.make_follower(3, 2, (LEADER, FOLLOWER, 3), (3,), isr_version=6)
     assert not skipped()  # led elsewhere now
 
@@ -209,12 +217,13 @@ def test_a_skipped_partition_is_read_again_once_its_flush_another_follower_or_it
     partition = Partition("t", 0, log, LEADER, stamps_epochs=True)
     partition.make_leader(1, (LEADER, FOLLOWER, third), (LEADER, FOLLOWER, third), isr_version=5, now_ms=0)
     broker = SimpleNamespace(
-        _partitions={("t", 0): partition}, logs=SimpleNamespace(get=lambda topic, index: log)
+        _partitions={("t", 0): partition},
+        logs=SimpleNamespace(get=lambda topic, index: None if log.closed else log),
     )
     wanted = WantedPartition(0, fetch_offset=0, partition_max_bytes=100, current_leader_epoch=1)
 
     def skipped() -> bool:
-        return Broker.follower_caught_up(cast(Broker, broker), "t", FOLLOWER, wanted, 10_000) is log
+        return caught_up(broker, wanted) is log
 
     def answered() -> None:
         """A full read: the follower's offset noted, the marks it was sent remembered."""
@@ -244,6 +253,20 @@ def test_a_skipped_partition_is_read_again_once_its_flush_another_follower_or_it
     assert not skipped()  # the log start moved
     answered()
     assert skipped()
+    wanted.sent = None
+    assert not skipped()  # an error answered since: the marks go out again
+    answered()
+    assert skipped()
+    log.close()
+    assert not skipped()  # the topic is gone (its log closed, out of the broker's logs)
+
+
+def caught_up(broker: SimpleNamespace, wanted: WantedPartition) -> object:
+    """As a fetch's read of one session partition: the log of a partition found caught up."""
+    Broker.recheck_quiet(cast(Broker, broker), FOLLOWER, [wanted], 10_000)
+    if wanted.quiet is not None:
+        return wanted.quiet.partition.log
+    return Broker.follower_caught_up(cast(Broker, broker), "t", FOLLOWER, wanted, 10_000)
 
 
 def test_waits_are_woken_only_when_the_high_watermark_moved(tmp_path: Path) -> None:

@@ -158,6 +158,8 @@ def _read(
     responses = []
     reads = []
     now = now_ms()
+    if session is not None:
+        broker.recheck_quiet(replica_id, session.partitions.values(), now)
     for topic in topics:
         topic_id = getattr(topic, "topic_id", None)
         name = topic_name(request, getattr(topic, "topic", None), topic_id, FIRST_VERSION_WITH_TOPIC_IDS)
@@ -170,6 +172,9 @@ def _read(
         partitions = []
         for wanted in topic.partitions:
             if session is not None:
+                if wanted.quiet is not None:  # still caught up: nothing to tell
+                    reads.append((name, wanted.partition, wanted.quiet.partition.log))
+                    continue
                 caught_up = broker.follower_caught_up(name, replica_id, wanted, now)
                 if caught_up is not None:  # nothing new to answer for it (`FetchSession.changes`)
                     reads.append((name, wanted.partition, caught_up))

@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from onceflow.broker.config import BrokerConfig
 from onceflow.broker.coordinator_shards import CoordinatorShards, Shard
-from onceflow.broker.fetch_sessions import FetchSessions, WantedPartition
+from onceflow.broker.fetch_sessions import FetchSessions, QuietMark, WantedPartition
 from onceflow.broker.markers import BrokerTransactionPartitions, CoordinatorFencedError
 from onceflow.broker.metrics import (
     STAGE_HW_TO_FETCH_WAKEUP,
@@ -79,21 +79,6 @@ _Followed: TypeAlias = tuple[tuple[str, int], dict[tuple[str, int], int]]
 TRANSACTION_WRITE_TIMEOUT_S = 30.0
 GroupShard: TypeAlias = Shard[GroupCoordinator]
 TransactionShard: TypeAlias = Shard[TransactionCoordinator]
-
-
-def _quiet_stamp(partition: Partition, wanted: WantedPartition) -> tuple[int, ...]:
-    """What a session partition found caught up stays so while it is the same: the partition's
-    state, its log's ends (appends, flushes, a moved start) and what the follower named."""
-    log = partition.log
-    return (
-        partition.version,
-        log.log_end_offset,
-        log.flushed_offset,
-        log.log_start_offset,
-        wanted.fetch_offset,
-        wanted.current_leader_epoch,
-        *(wanted.sent or ()),
-    )
 
 
 def now_ms() -> int:
@@ -715,14 +700,8 @@ class Broker:
         watermark, last stable offset and log start are still those last answered; None
         otherwise. The fetch then counts the follower as caught up and has nothing to tell it:
         skipping the full read keeps a session's idle partitions cheap on every fetch. Found
-        caught up once, a partition is again while neither it, its log's ends nor what the
-        follower named changed, which takes a few comparisons (most of a session is idle)."""
-        if wanted.quiet is not None:
-            quiet, stamp = wanted.quiet
-            if stamp == _quiet_stamp(quiet, wanted) and not quiet.log.closed:
-                quiet.caught_up(replica_id, now_ms)
-                return quiet.log
-            wanted.quiet = None
+        caught up, a partition is marked so (`wanted.quiet`) until `recheck_quiet` finds it
+        changed."""
         sent = wanted.sent
         partition = self._partitions.get((topic, wanted.partition))
         if sent is None or partition is None or partition.leader_epoch != wanted.current_leader_epoch:
@@ -732,8 +711,43 @@ class Broker:
             return None
         if not partition.unchanged_for(replica_id, wanted.fetch_offset, sent, now_ms):
             return None
-        wanted.quiet = partition, _quiet_stamp(partition, wanted)
+        wanted.quiet = QuietMark(
+            partition,
+            partition.version,
+            partition_log.log_end_offset,
+            partition_log.flushed_offset,
+            partition_log.log_start_offset,
+            wanted.fetch_offset,
+            wanted.current_leader_epoch,
+            sent,
+        )
         return partition_log
+
+    def recheck_quiet(self, replica_id: int, session: Iterable[WantedPartition], now_ms: int) -> None:
+        """Of a follower's session partitions marked caught up (`follower_caught_up`), keep those
+        for which nothing the mark depended on changed, counting the follower caught up on each,
+        and unmark the others, which the fetch then reads in full. Once a fetch read, in one
+        pass of comparisons: most of a session is idle, and a call or two per idle partition
+        was a fifth of the Python calls of a replicated produce."""
+        for wanted in session:
+            mark = wanted.quiet
+            if mark is None:
+                continue
+            partition = mark.partition
+            log = partition.log
+            if (
+                partition.version == mark.version
+                and log.log_end_offset == mark.log_end_offset
+                and log.flushed_offset == mark.flushed_offset
+                and log.log_start_offset == mark.log_start_offset
+                and wanted.fetch_offset == mark.fetch_offset
+                and wanted.current_leader_epoch == mark.leader_epoch
+                and wanted.sent == mark.sent
+                and not log.closed
+            ):
+                partition.caught_up(replica_id, now_ms)
+            else:
+                wanted.quiet = None
 
     def _change_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
         """Write the partition's new ISR to ZooKeeper (a compare-and-set on the state this broker

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +25,21 @@ SESSIONS_PER_FOLLOWER = 2
 _INT32_MAX = 2**31 - 1
 
 
+class QuietMark(NamedTuple):
+    """A session partition found caught up (`Broker.follower_caught_up`), and what that depended
+    on: the leader's partition state, its log's ends and what the follower named. It stays
+    caught up while they are the same (`Broker.recheck_quiet`)."""
+
+    partition: Partition
+    version: int
+    log_end_offset: int
+    flushed_offset: int
+    log_start_offset: int
+    fetch_offset: int
+    leader_epoch: int
+    sent: tuple[int, int, int] | None
+
+
 @dataclass
 class WantedPartition:
     """A partition of a session, as a fetch request names it."""
@@ -34,9 +49,7 @@ class WantedPartition:
     partition_max_bytes: int
     current_leader_epoch: int = -1  # as last named: checked on every read, named or not
     sent: tuple[int, int, int] | None = None  # high watermark, last stable, log start last answered
-    # The leader's partition and what its skip depended on, when it was last found caught up
-    # (`Broker.follower_caught_up`).
-    quiet: tuple[Partition, tuple[int, ...]] | None = None
+    quiet: QuietMark | None = None  # while it is caught up
 
 
 @dataclass

@@ -90,7 +90,7 @@ class PartitionLog:
         # often on that loop, cannot wait for them, so it leaves their files to `finish`.
         self._data_flushes_running = 0
         self._close_after_flush: list[LogSegment] = []
-        self._closed = False
+        self.closed = False
         self._last_snapshot_offset = self.log_end_offset
         self._aborted = aborted  # ordered by marker offset
         # New segment files need a directory fsync before their data counts as durable.
@@ -125,10 +125,6 @@ class PartitionLog:
         log = cls(directory, config, loaded.segments, loaded.producer_state, loaded.aborted)
         log._restore_log_start_offset()
         return log
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @property
     def truncations(self) -> int:
@@ -545,7 +541,7 @@ class PartitionLog:
         with self._lock:
             active = self._segments[-1]
             if (
-                self._closed
+                self.closed
                 or self._segments_created > self._segments_created_synced
                 or active.txn_index.dirty
                 or active.synced_size >= active.size
@@ -574,7 +570,7 @@ class PartitionLog:
         """fsync everything appended so far; returns the offset below which all is durable.
         Safe to call from another thread while `append` runs."""
         with self._lock:
-            if self._closed:
+            if self.closed:
                 return self.flushed_offset
             self._flushes_running += 1
         try:
@@ -669,7 +665,7 @@ class PartitionLog:
         and would wait forever for a coroutine that needs the loop to let go. A log already
         closed (its topic deleted, or the broker stopping) raises UnknownTopicError."""
         with self._lock:
-            if self._closed:
+            if self.closed:
                 raise UnknownTopicError(f"{self.directory.name} is closed: deleted, or the broker stops")
             self._flushes_running += 1
         try:
@@ -701,9 +697,9 @@ class PartitionLog:
         snapshot the producer state at the end so the next open replays nothing; without it
         (the log is about to be deleted), just let go."""
         with self._lock:
-            if self._closed:
+            if self.closed:
                 return
-            self._closed = True
+            self.closed = True
             self._lock.wait_for(lambda: not self._flushes_running)
         if flush:
             for segment in self._segments:
