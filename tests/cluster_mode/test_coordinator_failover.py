@@ -146,7 +146,6 @@ def test_exactly_once_survives_the_sigkill_of_the_coordinators_broker(
         assert sum(max(o, 0) for o in before) < INPUTS
         cluster.brokers[victim].kill()  # and it stays down
         killed_at = time.monotonic()
-        open('/tmp/zombie-go', 'w').close()
         assert cluster.wait_for_coordinator(GROUP, not_on=victim) != victim
         resumed = answered(bootstrap)
         assert all(after >= earlier for after, earlier in zip(resumed, before, strict=True)), (
