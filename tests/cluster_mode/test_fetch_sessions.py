@@ -205,8 +205,8 @@ def test_a_fetch_with_another_leader_epoch_is_fenced_and_copies_nothing(cluster:
     cluster.wait_for_leader("sessions", 0)
     with WireClient(cluster.brokers[1].bootstrap_servers) as client:
         assert produce(client, "sessions", 0, make_batch([b"a"]), acks=-1).error_code == 0
-    # Broker 2 or 3 leads (2 unless a stall on the machine ended its 2 s ZooKeeper session and
-    # so its ISR membership), in a later epoch than broker 1's: an older one exists to fence.
+    # Broker 2 or 3 leads (2 unless a stall of the machine ended its ZooKeeper session and so
+    # its ISR membership), in a later epoch than broker 1's: an older one exists to fence.
     # The test fetches in the name of the other one, a follower.
     cluster.brokers[1].kill()
     moved = cluster.wait_for_leader("sessions", 0, not_on=1)
