@@ -131,8 +131,13 @@ class BrokerProcess:
 
     def cpu_seconds(self) -> float:
         """User plus system CPU time the process has used so far."""
+        return sum(self.cpu_times())
+
+    def cpu_times(self) -> tuple[float, float]:
+        """User and system CPU time the process has used so far."""
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / ticks, int(fields[12]) / ticks
 
     def memory(self) -> dict[str, int]:
         """Resident set size now (VmRSS) and at its peak so far (VmHWM), in bytes."""

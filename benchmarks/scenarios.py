@@ -1126,6 +1126,12 @@ def replication(run: Run) -> Outcome:
             "one broker",
             REPLICATED_VS_SINGLE_CPU,
         ),
+        paired_row(
+            f"of which system time (the kernel's), RF {CLUSTER_SIZE} ({rounds})",
+            "CPU ms/MB",
+            pairs(cluster_runs["produce"], single["produce"], "system_ms_per_mb"),
+            "one broker",
+        ),
         Row(
             f"failover, leader SIGKILLed to new leader's ack (median of {kills} s)",
             "s",
@@ -1169,15 +1175,22 @@ def _produce_counting_cpu(
     run: Run, target: Reachable, brokers: list[BrokerProcess], topic: str, total_bytes: int
 ) -> dict[str, Any]:
     """`_produce` of 1 KB records, plus the CPU seconds its brokers spent meanwhile: on 2 cores,
-    whether a cluster's brokers (each appending every byte) ran out of CPU."""
-    cpu_before = [broker.cpu_seconds() for broker in brokers]
+    whether a cluster's brokers (each appending every byte) ran out of CPU. Their system time
+    apart: the kernel's part, mostly each byte's copies through sockets and the page cache."""
+    before = [broker.cpu_times() for broker in brokers]
     figures = _produce(run, target, topic, 1000, total_bytes)
-    cpu = [broker.cpu_seconds() - before for broker, before in zip(brokers, cpu_before, strict=True)]
+    after = [broker.cpu_times() for broker in brokers]
+    spans = list(zip(after, before, strict=True))
+    cpu = [sum(now) - sum(then) for now, then in spans]
+    system = [now[1] - then[1] for now, then in spans]
+    megabytes = figures["bytes"] / MB
     return {
         **figures,
         "broker_cpu_s": cpu,
+        "broker_system_s": system,
         "broker_cores_busy": sum(cpu) / figures["seconds"],
-        "cpu_ms_per_mb": sum(cpu) * 1000 / (figures["bytes"] / MB),
+        "cpu_ms_per_mb": sum(cpu) * 1000 / megabytes,
+        "system_ms_per_mb": sum(system) * 1000 / megabytes,
     }
 
 
