@@ -167,6 +167,41 @@ def test_a_clients_stamped_epoch_is_not_a_leader_epoch(tmp_path: Path) -> None:
     log.close()
 
 
+def test_a_new_epoch_is_written_by_the_next_flush_not_on_the_appending_thread(tmp_path: Path) -> None:
+    """A broker's death gives every partition it was in sync for a new epoch at once: an fsync
+    each on the event loop held a leader for seconds under disk load."""
+    log = open_log(tmp_path)
+    replicate(log, stamped(2, 1))
+    assert log.flush() == 2
+    checkpoint = tmp_path / "leader-epoch-checkpoint"
+    written = checkpoint.read_text()
+    assert written == "0\n1\n1 0\n"
+    log.assign_leader_epoch(5)
+    append(log, make_batch(1))
+    assert checkpoint.read_text() == written  # nothing written yet
+    assert log.begin_data_flush() is None  # the lone fdatasync would not write it
+    assert log.flush() == 3
+    assert checkpoint.read_text() == "0\n2\n1 0\n5 2\n"
+    log.close()
+
+
+def test_epochs_the_checkpoint_missed_in_a_crash_are_found_in_the_replayed_batches(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    replicate(log, stamped(2, 1))
+    assert log.flush() == 2
+    replicate(log, stamped(3, 4))  # offsets 2-4, epoch 4: the crash comes before its flush
+    log.close(flush=False)
+
+    reopened = open_log(tmp_path, recovery_point=2)
+    assert reopened.log_end_offset == 5
+    assert reopened.leader_epochs == cache((1, 0))  # the checkpoint as last written
+    reopened.adopt_replayed_epochs()  # a cluster's partition: its leaders stamp their epochs
+    assert reopened.leader_epochs == cache((1, 0), (4, 2))
+    assert reopened.flush() == 5
+    reopened.close()
+    assert open_log(tmp_path, recovery_point=5).leader_epochs == cache((1, 0), (4, 2))
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     counts=st.lists(st.integers(1, 5), min_size=2, max_size=12),

@@ -41,6 +41,8 @@ class Partition:
         self.log = log
         self.local_id = local_id
         self.stamps_epochs = stamps_epochs
+        if stamps_epochs:
+            log.adopt_replayed_epochs()
         self.leader_id = NO_LEADER
         self.leader_epoch = 0
         self.replicas: tuple[int, ...] = ()

@@ -9,6 +9,7 @@ version line, a count line, then one "epoch start_offset" line per entry).
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,10 +98,18 @@ def truncation_point(
 
 
 class LeaderEpochCheckpoint:
-    """The cache's file; rewritten atomically at each change (new epochs are rare)."""
+    """The cache's file, rewritten atomically (fsynced). A new epoch is only marked `pending`
+    and written by the log's next flush, off the event loop, before that flush counts any
+    batch of it as durable: a broker's death gives every partition it was in sync for a new
+    epoch, and two fsyncs each on the event loop held a leader for seconds under disk load
+    (Kafka, whose handler threads hold only a partition's lock, moved other fsyncs out of it
+    for that reason: KAFKA-15046). After a crash the log's recovery finds the epochs of the
+    batches past its last flush in those batches (`PartitionLog.adopt_replayed_epochs`)."""
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / CHECKPOINT_FILE
+        self.pending = False
+        self._writing = threading.Lock()  # flushes run on several threads
 
     def read(self) -> LeaderEpochCache:
         try:
@@ -121,6 +130,18 @@ class LeaderEpochCheckpoint:
         return LeaderEpochCache(entries)
 
     def write(self, cache: LeaderEpochCache) -> None:
-        lines = [str(_CHECKPOINT_VERSION), str(len(cache.entries))]
-        lines += [f"{entry.epoch} {entry.start_offset}" for entry in cache.entries]
-        write_atomically(self.path, ("\n".join(lines) + "\n").encode())
+        with self._writing:
+            # Cleared before the entries are read: a change after that marks it again.
+            self.pending = False
+            entries = cache.entries
+            lines = [str(_CHECKPOINT_VERSION), str(len(entries))]
+            lines += [f"{entry.epoch} {entry.start_offset}" for entry in entries]
+            try:
+                write_atomically(self.path, ("\n".join(lines) + "\n").encode())
+            except OSError:
+                self.pending = True
+                raise
+
+    def write_if_pending(self, cache: LeaderEpochCache) -> None:
+        if self.pending:
+            self.write(cache)

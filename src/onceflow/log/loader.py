@@ -38,6 +38,8 @@ class LoadedLog:
     segments: list[LogSegment]  # at least one, consecutive, all recovered
     producer_state: ProducerStateManager
     aborted: list[AbortedTransaction]  # ordered by marker offset
+    # (epoch, base offset) of each replayed batch stamped with an epoch above all before it
+    replayed_epoch_starts: list[tuple[int, int]]
 
 
 class Shutdown(enum.Enum):
@@ -73,7 +75,10 @@ def load_log(
         # Aborts at or after the replay start are found again by the replay.
         segment.txn_index.truncate_to(replay_from)
     aborted = [entry for segment in segments for entry in segment.txn_index.entries]
+    epoch_starts: list[tuple[int, int]] = []
     for segment, header in _batches_from(segments, replay_from):
+        if header.partition_leader_epoch > (epoch_starts[-1][0] if epoch_starts else -1):
+            epoch_starts.append((header.partition_leader_epoch, header.base_offset))
         # Replayed producers count as active now: their real idle time is unknown.
         marker = _marker(segment, header)
         coordinator_epoch = -1 if marker is None else control_batch_coordinator_epoch(marker)
@@ -85,7 +90,7 @@ def load_log(
             segment.txn_index.append(entry)
             aborted.append(entry)
     producer_state.remove_expired(now_ms, config.producer_id_expiration_ms)
-    return LoadedLog(segments, producer_state, aborted)
+    return LoadedLog(segments, producer_state, aborted, epoch_starts)
 
 
 def marker_coordinator_epoch(segment: LogSegment, header: BatchHeader) -> int:

@@ -102,6 +102,7 @@ class PartitionLog:
         self.leader_epochs = self._epoch_checkpoint.read()
         if self.leader_epochs.truncate_from_end(self.log_end_offset):
             self._epoch_checkpoint.write(self.leader_epochs)  # epochs of a suffix lost in a crash
+        self._replayed_epoch_starts: list[tuple[int, int]] = []
         # The log cleaner's bookkeeping (in memory: after a restart everything counts as dirty).
         self.cleaning = False
         self.first_dirty_offset = self.log_start_offset
@@ -124,6 +125,7 @@ class PartitionLog:
         loaded = load_log(directory, config, recovery_point, now_ms, shutdown)
         log = cls(directory, config, loaded.segments, loaded.producer_state, loaded.aborted)
         log._restore_log_start_offset()
+        log._replayed_epoch_starts = loaded.replayed_epoch_starts
         return log
 
     @property
@@ -259,16 +261,26 @@ class PartitionLog:
         self._aborted += aborted
         return AppendResult(base_offset, last_offset)
 
+    def adopt_replayed_epochs(self) -> None:
+        """Take the leader epochs that the batches replayed at open are stamped with, which a
+        crash before the checkpoint's next write left out of it (as Kafka's recovery does).
+        Only for a log whose leaders stamp their epochs: clients stamp anything."""
+        for epoch, start in self._replayed_epoch_starts:
+            if self.leader_epochs.assign(epoch, start):
+                self._epoch_checkpoint.pending = True
+        self._replayed_epoch_starts = []
+
     def epoch_start_offset(self, epoch: int) -> int:
         """Where `epoch` began in this log (the log end if it has no entry)."""
         starts = [entry.start_offset for entry in self.leader_epochs.entries if entry.epoch == epoch]
         return starts[0] if starts else self.log_end_offset
 
     def assign_leader_epoch(self, epoch: int, start_offset: int | None = None) -> None:
-        """`epoch` begins at `start_offset` (a new leader: at its log end), checkpointed."""
+        """`epoch` begins at `start_offset` (a new leader: at its log end), checkpointed by the
+        next flush."""
         start = self.log_end_offset if start_offset is None else start_offset
         if self.leader_epochs.assign(epoch, start):
-            self._epoch_checkpoint.write(self.leader_epochs)
+            self._epoch_checkpoint.pending = True
 
     def truncate_to(self, offset: int, now_ms: int) -> None:
         """Drop every batch at or after `offset` (a batch boundary at or above the log start
@@ -375,7 +387,7 @@ class PartitionLog:
         return active
 
     def _assign_epochs_of(self, headers: list[BatchHeader], base_offsets: list[int]) -> None:
-        """A follower's copy: the leader epochs its batches begin, checkpointed (raises OSError)."""
+        """A follower's copy: the leader epochs its batches begin."""
         for header, batch_offset in zip(headers, base_offsets, strict=True):
             if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
                 self.assign_leader_epoch(header.partition_leader_epoch, batch_offset)
@@ -536,13 +548,14 @@ class PartitionLog:
     def begin_data_flush(self) -> DataFlush | None:
         """The common flush, everything appended so far being in the active segment's data:
         the fdatasync to run, and what records it once run. None when the flush needs more (a
-        new segment's directory entry, a rolled segment's indexes, the transaction index, or
-        nothing to sync at all): `flush` on a thread then."""
+        new segment's directory entry, a new leader epoch, a rolled segment's indexes, the
+        transaction index, or nothing to sync at all): `flush` on a thread then."""
         with self._lock:
             active = self._segments[-1]
             if (
                 self.closed
                 or self._segments_created > self._segments_created_synced
+                or self._epoch_checkpoint.pending
                 or active.txn_index.dirty
                 or active.synced_size >= active.size
                 or any(segment.needs_sync(with_indexes=True) for segment in self._segments[:-1])
@@ -585,6 +598,8 @@ class PartitionLog:
                     segment.sync(with_indexes=not is_active)
             if segments_created > self._segments_created_synced:
                 fsync_directory(self.directory)
+            # The epochs of the batches below `end` were assigned before `end` was read.
+            self._epoch_checkpoint.write_if_pending(self.leader_epochs)
             with self._lock:
                 self._segments_created_synced = max(self._segments_created_synced, segments_created)
                 if truncations == self._truncations:
@@ -706,6 +721,7 @@ class PartitionLog:
                 if segment.needs_sync(with_indexes=True):
                     segment.sync(with_indexes=True)
             fsync_directory(self.directory)
+            self._epoch_checkpoint.write_if_pending(self.leader_epochs)
             self.flushed_offset = self.log_end_offset
             self.producer_state.take_snapshot(self.directory, self.log_end_offset)
         self._close_when_unused(*self._segments)
