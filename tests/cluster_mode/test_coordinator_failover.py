@@ -156,8 +156,9 @@ def test_exactly_once_survives_the_sigkill_of_the_coordinators_broker(
         print(f"the pipeline moved again {time.monotonic() - killed_at:.1f} s after the kill")
         feeder.join(timeout=120)
         wait_until(lambda: committed_at_least(bootstrap, INPUTS), timeout_s=180)
-    except TimeoutError:
-        print(f"workers started again {pipeline.restarts} times; their last lines:")
+    except TimeoutError as error:
+        # Said here: an error of the `finally` below would hide it.
+        print(f"{error!r}; workers started again {pipeline.restarts} times; their last lines:")
         for log in sorted(tmp_path.glob("worker-*.log"), key=lambda path: path.stat().st_mtime)[-4:]:
             print(log.name, *log.read_text().splitlines()[-20:], sep="\n  ")
         raise
