@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from onceflow.cluster import launcher
 from onceflow.cluster.launcher import RESTART_PREFIX
 from onceflow.cluster.zk import read_cluster
+from onceflow.cluster.zookeeper_server import ZooKeeperServer
 from tests.cli.commands import onceflow
 from tests.conftest import wait_until
 
@@ -139,6 +141,20 @@ def test_cluster_run_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     assert (bad_dir.returncode, bad_dir.stdout) == (1, "")
     assert bad_dir.stderr.startswith("onceflow cluster run: cannot use --data-dir ")
     assert bad_dir.stderr.count("\n") == 1
+
+
+@pytest.mark.zookeeper
+def test_a_start_that_waits_on_the_brokers_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Brokers that never register (none started here): a line a while, then one error that
+    says how far they got, instead of a silent minute."""
+    monkeypatch.setattr(launcher, "PROGRESS_S", 0.5)
+    monkeypatch.setattr(launcher, "START_TIMEOUT_S", 2.0)
+    said: list[str] = []
+    with ZooKeeperServer() as zookeeper, pytest.raises(launcher.LaunchError) as refused:
+        launcher.wait_registered(zookeeper.connect_string, 3, said.append)
+    where = f"no onceflow cluster in ZooKeeper at {zookeeper.connect_string}"
+    assert said and set(said) == {f"waiting for the brokers to register in ZooKeeper: {where}"}
+    assert str(refused.value) == f"the brokers did not all register in ZooKeeper in 2 s: {where}"
 
 
 @pytest.mark.zookeeper

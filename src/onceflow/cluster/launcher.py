@@ -37,6 +37,7 @@ SESSION_TIMEOUT_MS = 3000
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 POLL_S = 0.1
+PROGRESS_S = 10.0  # a slow start says what it waits for this often
 RESTART_PREFIX = "# start this broker again with: "
 METRICS_LINE = "onceflow broker metrics on "
 
@@ -180,7 +181,7 @@ def run_cluster(
             out(f"broker {broker.broker_id} pid {broker.process.pid} listening on {broker.address}")
             if options.metrics is not None:
                 out(f"broker {broker.broker_id} metrics on {_metrics_url(broker)}")
-        wait_registered(zookeeper.connect_string, brokers)
+        wait_registered(zookeeper.connect_string, brokers, out)
         bootstrap = ",".join(broker.address for broker in launched)
         out(f"cluster ready: bootstrap {bootstrap}")
         if secured is not None:
@@ -253,20 +254,30 @@ def _metrics_url(broker: LaunchedBroker) -> str:
         time.sleep(POLL_S)
 
 
-def wait_registered(zookeeper: str, brokers: int) -> None:
-    """Every broker registered and a controller elected: clients see the whole cluster."""
+def wait_registered(zookeeper: str, brokers: int, out: Callable[[str], None] | None = None) -> None:
+    """Every broker registered and a controller elected: clients see the whole cluster. With
+    `out`, a line every PROGRESS_S until then, saying what is missing."""
     from onceflow.cluster.zk import read_cluster  # kazoo, as the brokers need it anyway
 
     deadline = time.monotonic() + START_TIMEOUT_S
+    next_progress = time.monotonic() + PROGRESS_S
     while True:
         try:
             view = read_cluster(zookeeper, 5.0)
             if len(view.brokers) == brokers and view.controller_id in view.brokers:
                 return
-        except ClusterError:
-            pass  # the brokers have not created the znodes yet
-        if time.monotonic() > deadline:
-            raise LaunchError(f"the brokers did not all register in ZooKeeper in {START_TIMEOUT_S:.0f} s")
+            controller = view.controller_id if view.controller_id in view.brokers else "none"
+            missing = f"brokers {sorted(view.brokers)} of {brokers} registered, controller {controller}"
+        except ClusterError as error:
+            missing = str(error)  # the brokers have not created the znodes yet
+        now = time.monotonic()
+        if now > deadline:
+            raise LaunchError(
+                f"the brokers did not all register in ZooKeeper in {START_TIMEOUT_S:.0f} s: {missing}"
+            )
+        if out is not None and now > next_progress:
+            out(f"waiting for the brokers to register in ZooKeeper: {missing}")
+            next_progress = now + PROGRESS_S
         time.sleep(POLL_S)
 
 
