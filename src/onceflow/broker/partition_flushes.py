@@ -7,8 +7,8 @@ made 1 MB produce requests wait 1.3 x as long for durability.)
 
 A partition's flush is usually one fdatasync of its active segment (`begin_data_flush`), which
 goes to the kernel from the event loop (`KernelFdatasyncs`); a flush that needs more (a new
-segment's directory entry, a rolled segment's indexes, the transaction index) runs on a thread,
-as every flush does where Linux AIO is missing.
+segment's directory entry, a new leader epoch's checkpoint, a rolled segment's indexes, the
+transaction index) runs on a thread, as every flush does where Linux AIO is missing.
 
 A failed flush is not tried again. After a failed fsync Linux may mark the pages it could not
 write clean and report the error once, so a second fsync can succeed with the data lost: a retry
