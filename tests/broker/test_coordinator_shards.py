@@ -57,21 +57,28 @@ def commit(shard: Shard[GroupCoordinator] | ErrorCode, group: str, offset: int) 
     }
 
 
-def test_a_short_partition_loads_at_once_and_a_long_one_in_steps() -> None:
+async def elect_and_load(harness: Harness, partition: int, epoch: int) -> None:
+    harness.shards.elect(partition, epoch)
+    while harness.shards.loading:
+        await asyncio.sleep(0)
+
+
+def test_a_short_partition_loads_in_one_step_and_a_long_one_in_several() -> None:
     async def scenario() -> None:
         harness = Harness()
         group = group_on(1)
         # The partition's last leader wrote more than one step of records.
         writer = Harness()
-        writer.shards.elect(1, 0)
+        await elect_and_load(writer, 1, 0)
         for offset in range(REPLAY_STEP_RECORDS + 5):
             commit(writer.shards.for_key(group), group, offset)
         harness.logs[1] = writer.logs[1]
 
         harness.shards.elect(0, 3)
-        assert harness.loaded == [0]  # nothing to replay
         harness.shards.elect(1, 4)
         assert harness.shards.for_key(group) == ErrorCode.coordinator_load_in_progress
+        await asyncio.sleep(0)
+        assert harness.loaded == [0]  # nothing to replay: one step
         assert harness.shards.loading
         while harness.shards.loading:
             await asyncio.sleep(0)
@@ -88,7 +95,7 @@ def test_a_short_partition_loads_at_once_and_a_long_one_in_steps() -> None:
 def test_a_resigned_partition_answers_not_coordinator_also_to_what_waited() -> None:
     async def scenario() -> None:
         harness = Harness()
-        harness.shards.elect(0, 1)
+        await elect_and_load(harness, 0, 1)
         shard = harness.shards.for_key(group_on(0))
         assert not isinstance(shard, ErrorCode)
         answers: list[ErrorCode] = []
@@ -102,7 +109,7 @@ def test_a_resigned_partition_answers_not_coordinator_also_to_what_waited() -> N
         assert harness.shards.for_key(group_on(0)) == ErrorCode.not_coordinator
         assert not harness.shards.current(shard)
         # Elected again (a new leadership, a new epoch): a fresh load of the same log.
-        harness.shards.elect(0, 7)
+        await elect_and_load(harness, 0, 7)
         again = harness.shards.for_key(group_on(0))
         assert not isinstance(again, ErrorCode) and again is not shard and again.epoch == 7
 
@@ -115,5 +122,41 @@ def test_a_new_epoch_of_the_same_leader_keeps_the_shard_and_its_coordinator_epoc
         first = harness.shards.elect(2, 5)
         assert harness.shards.elect(2, 6) is first and first.epoch == 5
         assert harness.shards.leads_at(2, 5) and not harness.shards.leads_at(2, 6)
+
+    asyncio.run(scenario())
+
+
+def test_an_election_runs_no_step_and_the_loads_take_one_step_a_turn_of_the_event_loop() -> None:
+    """A broker's death makes the survivors leaders of dozens of internal partitions in one
+    callback: their loads run later, one step at a time, so that the broker serves between."""
+    steps_run: list[tuple[int, int, int]] = []  # (turn of the event loop, partition, step)
+    turn = 0
+
+    def build(partition: int, epoch: int) -> tuple[None, Iterator[None]]:
+        def steps() -> Iterator[None]:
+            for step in range(partition + 1):  # partition n takes n + 1 steps
+                steps_run.append((turn, partition, step))
+                if step < partition:
+                    yield
+
+        return None, steps()
+
+    async def scenario() -> None:
+        nonlocal turn
+        loaded: list[int] = []
+        shards: CoordinatorShards[None] = CoordinatorShards(
+            "__consumer_offsets", build, lambda shard: loaded.append(shard.partition), lambda shard: None
+        )
+        shards.partition_count = PARTITIONS
+        for partition in range(PARTITIONS):
+            shards.elect(partition, 1)
+        assert steps_run == [] and shards.loading
+        while shards.loading:
+            turn += 1
+            await asyncio.sleep(0)
+        turns = [step[0] for step in steps_run]
+        assert len(set(turns)) == len(turns) == 1 + 2 + 3  # never two steps in one turn
+        assert loaded == [0, 1, 2]  # in turn: the short ones first
+        assert [partition for _, partition, _ in steps_run] == [0, 1, 2, 1, 2, 2]
 
     asyncio.run(scenario())

@@ -2,10 +2,11 @@
 that this broker leads, after Kafka's CoordinatorRuntime (`onElection`, `onResignation`).
 
 Elected (this broker became the partition's leader), a shard is built and its partition replayed
-into it: at once when the log is short, else step by step on the event loop, and until then its
-keys are answered COORDINATOR_LOAD_IN_PROGRESS. Resigned (the leadership went), it is dropped:
-its keys are answered NOT_COORDINATOR, and so is what waited on it. A shard keeps the leader
-epoch it was elected at: that is its coordinator epoch, which transaction markers carry.
+into it step by step on the event loop, one step a turn over all the shards being loaded (a single
+broker's at once), and until then its keys are answered COORDINATOR_LOAD_IN_PROGRESS. Resigned
+(the leadership went), it is dropped: its keys are answered NOT_COORDINATOR, and so is what
+waited on it. A shard keeps the leader epoch it was elected at: that is its coordinator epoch,
+which transaction markers carry.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -36,7 +38,7 @@ class Shard(Generic[C]):
     coordinator: C
     loaded: bool = False
     elected_at: float = field(default_factory=time.monotonic)
-    _loading: asyncio.Task[None] | None = field(default=None, repr=False)
+    loading_logged: bool = field(default=False, repr=False)  # took more than one step
 
 
 class CoordinatorShards(Generic[C]):
@@ -55,6 +57,8 @@ class CoordinatorShards(Generic[C]):
         self._on_resigned = on_resigned
         self.partition_count = 0  # of the topic; 0 while it does not exist
         self._shards: dict[int, Shard[C]] = {}
+        self._queue: deque[tuple[Shard[C], Iterator[None]]] = deque()  # shards being loaded, in turn
+        self._loader: asyncio.Task[None] | None = None  # runs their steps while there are any
         self.longest_load_s = 0.0  # of a shard, from its election to serving (a metric)
 
     def partition_of(self, key: str) -> int | None:
@@ -94,7 +98,7 @@ class CoordinatorShards(Generic[C]):
 
     def elect(self, partition: int, epoch: int, at_once: bool = False) -> Shard[C]:
         """This broker leads `partition` from `epoch` on: load its shard, step by step unless
-        `at_once` (a single broker's start, before it serves). A shard it has already stays,
+        `at_once` (a single broker's, which never change leader). A shard it has already stays,
         with its epoch: a new epoch of the same leader (an ISR change makes one) changes nothing
         it holds."""
         shard = self._shards.get(partition)
@@ -107,20 +111,38 @@ class CoordinatorShards(Generic[C]):
             for _ in steps:
                 pass
             self._loaded(shard)
-        elif next(steps, _DONE) is _DONE:
-            self._loaded(shard)
-        else:
-            log.info("loading %s-%d (epoch %d)", self.topic, partition, epoch)
-            shard._loading = asyncio.create_task(
-                self._load(shard, steps), name=f"load-{self.topic}-{partition}"
-            )
+            return shard
+        # Not even a first step here: a broker's death makes the survivors leaders of dozens of
+        # internal partitions in one callback, whose first steps together held its event loop
+        # for a fifth of a second.
+        self._queue.append((shard, steps))
+        if self._loader is None:
+            self._loader = asyncio.create_task(self._load(), name=f"load-{self.topic}")
         return shard
 
-    async def _load(self, shard: Shard[C], steps: Iterator[None]) -> None:
-        for _ in steps:
-            await asyncio.sleep(0)  # the broker serves between two steps
-        shard._loading = None
-        self._loaded(shard)
+    async def _load(self) -> None:
+        """One step a turn of the event loop, over the shards being loaded in turn: the broker
+        serves between two steps, and a short shard does not wait for a long one's."""
+        try:
+            while self._queue:
+                shard, steps = self._queue.popleft()
+                if not self.current(shard):  # resigned meanwhile
+                    continue
+                try:
+                    done = next(steps, _DONE) is _DONE
+                except Exception:  # its log unreadable: it answers LOAD_IN_PROGRESS, the rest load
+                    log.exception("loading %s-%d failed", self.topic, shard.partition)
+                    continue
+                if done:
+                    self._loaded(shard)
+                else:
+                    if not shard.loading_logged:
+                        log.info("loading %s-%d (epoch %d)", self.topic, shard.partition, shard.epoch)
+                        shard.loading_logged = True
+                    self._queue.append((shard, steps))
+                await asyncio.sleep(0)
+        finally:
+            self._loader = None
 
     def _loaded(self, shard: Shard[C]) -> None:
         if not self.current(shard):
@@ -135,8 +157,6 @@ class CoordinatorShards(Generic[C]):
         shard = self._shards.pop(partition, None)
         if shard is None:
             return
-        if shard._loading is not None:
-            shard._loading.cancel()
         log.info("%s-%d resigned (epoch %d)", self.topic, partition, shard.epoch)
         if shard.loaded:
             self._on_resigned(shard)

@@ -201,7 +201,7 @@ class Broker:
         if self.cluster is None:
             # A single broker leads what it holds; its coordinators load before it serves, and
             # transactions left prepared by a crash complete now.
-            self._take_roles(self.metadata, load_at_once=True)
+            self._take_roles(self.metadata)
 
     async def join_cluster(self) -> None:
         """In cluster mode, register with ZooKeeper (after `start`, which knows the endpoint).
@@ -570,10 +570,10 @@ class Broker:
         else:
             log.info("topic %r now has configs %s", topic, dict(configs))
 
-    def _take_roles(self, view: ClusterView, load_at_once: bool = False) -> None:
+    def _take_roles(self, view: ClusterView) -> None:
         """Lead what the view says this broker leads, follow the rest, and coordinate the
         partitions of the internal topics it leads: a coordinator loads on becoming the leader
-        and is dropped when the leadership goes. `load_at_once`: load them before returning."""
+        and is dropped when the leadership goes. A single broker's load before this returns."""
         following: dict[int, dict[tuple[str, int], int]] = {}  # leader -> partition -> its epoch
         held: set[tuple[str, int]] = set()
         for topic, assignment in view.topics.items():
@@ -611,7 +611,9 @@ class Broker:
             }
             shards.resign_all_but(set(led))
             for index in sorted(led):
-                shards.elect(index, led[index], at_once=load_at_once)
+                # A single broker's at once: at its start, before it serves, and later those of an
+                # internal topic just created, empty, which the request that made it goes on to use.
+                shards.elect(index, led[index], at_once=self.cluster is None)
         self._follow(view, following)
 
     def _forget_partition(self, key: tuple[str, int]) -> None:
