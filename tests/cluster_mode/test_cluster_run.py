@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from onceflow.cluster import launcher
+from onceflow.cluster.errors import ClusterError
 from onceflow.cluster.launcher import RESTART_PREFIX
 from onceflow.cluster.zk import read_cluster
 from onceflow.cluster.zookeeper_server import ZooKeeperServer
@@ -148,13 +149,27 @@ def test_a_start_that_waits_on_the_brokers_says_what_is_missing(monkeypatch: pyt
     """Brokers that never register (none started here): a line a while, then one error that
     says how far they got, instead of a silent minute."""
     monkeypatch.setattr(launcher, "PROGRESS_S", 0.5)
-    monkeypatch.setattr(launcher, "START_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(launcher, "START_TIMEOUT_S", 4.0)
     said: list[str] = []
-    with ZooKeeperServer() as zookeeper, pytest.raises(launcher.LaunchError) as refused:
-        launcher.wait_registered(zookeeper.connect_string, 3, said.append)
-    where = f"no onceflow cluster in ZooKeeper at {zookeeper.connect_string}"
+    with ZooKeeperServer() as zookeeper:
+        where = f"no onceflow cluster in ZooKeeper at {zookeeper.connect_string}"
+        # Answering at all first: in a CI run, a ZooKeeper just started took more than the 2 s
+        # this test then allowed to take its first session ("cannot reach ZooKeeper"), and the
+        # start failed before a line was due.
+        wait_until(lambda: _no_cluster_yet(zookeeper.connect_string), timeout_s=60)
+        with pytest.raises(launcher.LaunchError) as refused:
+            launcher.wait_registered(zookeeper.connect_string, 3, said.append)
     assert said and set(said) == {f"waiting for the brokers to register in ZooKeeper: {where}"}
-    assert str(refused.value) == f"the brokers did not all register in ZooKeeper in 2 s: {where}"
+    assert str(refused.value) == f"the brokers did not all register in ZooKeeper in 4 s: {where}"
+
+
+def _no_cluster_yet(zookeeper: str) -> bool:
+    """ZooKeeper answers, and holds no cluster."""
+    try:
+        read_cluster(zookeeper, 5)
+    except ClusterError as error:
+        return str(error).startswith("no onceflow cluster")
+    raise AssertionError(f"a cluster in ZooKeeper at {zookeeper}")
 
 
 @pytest.mark.zookeeper
