@@ -160,3 +160,28 @@ def test_an_election_runs_no_step_and_the_loads_take_one_step_a_turn_of_the_even
         assert [partition for _, partition, _ in steps_run] == [0, 1, 2, 1, 2, 2]
 
     asyncio.run(scenario())
+
+
+def test_a_load_that_fails_leaves_its_partition_loading_and_the_others_load() -> None:
+    def build(partition: int, epoch: int) -> tuple[None, Iterator[None]]:
+        def steps() -> Iterator[None]:
+            yield
+            if partition == 1:
+                raise OSError(5, "Input/output error")
+
+        return None, steps()
+
+    async def scenario() -> None:
+        loaded: list[int] = []
+        shards: CoordinatorShards[None] = CoordinatorShards(
+            "__consumer_offsets", build, lambda shard: loaded.append(shard.partition), lambda shard: None
+        )
+        shards.partition_count = PARTITIONS
+        for partition in range(PARTITIONS):
+            shards.elect(partition, 1)
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert loaded == [0, 2]
+        assert shards.for_key(group_on(1)) == ErrorCode.coordinator_load_in_progress
+
+    asyncio.run(scenario())

@@ -126,23 +126,26 @@ class CoordinatorShards(Generic[C]):
         try:
             while self._queue:
                 shard, steps = self._queue.popleft()
-                if not self.current(shard):  # resigned meanwhile
-                    continue
-                try:
-                    done = next(steps, _DONE) is _DONE
-                except Exception:  # its log unreadable: it answers LOAD_IN_PROGRESS, the rest load
-                    log.exception("loading %s-%d failed", self.topic, shard.partition)
-                    continue
-                if done:
-                    self._loaded(shard)
-                else:
-                    if not shard.loading_logged:
-                        log.info("loading %s-%d (epoch %d)", self.topic, shard.partition, shard.epoch)
-                        shard.loading_logged = True
-                    self._queue.append((shard, steps))
-                await asyncio.sleep(0)
+                if self.current(shard):  # not resigned meanwhile
+                    self._step(shard, steps)
+                    await asyncio.sleep(0)
         finally:
             self._loader = None
+
+    def _step(self, shard: Shard[C], steps: Iterator[None]) -> None:
+        """One step of a shard's load, queued again for the next unless that was its last."""
+        try:
+            done = next(steps, _DONE) is _DONE
+        except Exception:  # its log unreadable: it answers LOAD_IN_PROGRESS, the others load
+            log.exception("loading %s-%d failed", self.topic, shard.partition)
+            return
+        if done:
+            self._loaded(shard)
+            return
+        if not shard.loading_logged:
+            log.info("loading %s-%d (epoch %d)", self.topic, shard.partition, shard.epoch)
+            shard.loading_logged = True
+        self._queue.append((shard, steps))
 
     def _loaded(self, shard: Shard[C]) -> None:
         if not self.current(shard):
