@@ -5,7 +5,7 @@ coordinators over logs in memory."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from kio.schema.errors import ErrorCode
 
@@ -126,6 +126,19 @@ def test_a_new_epoch_of_the_same_leader_keeps_the_shard_and_its_coordinator_epoc
     asyncio.run(scenario())
 
 
+def elect_every_partition(
+    build: Callable[[int, int], tuple[None, Iterator[None]]], loaded: list[int]
+) -> CoordinatorShards[None]:
+    """Shards whose loads are `build`'s steps, all elected at once; `loaded` gets each as it loads."""
+    shards: CoordinatorShards[None] = CoordinatorShards(
+        "__consumer_offsets", build, lambda shard: loaded.append(shard.partition), lambda shard: None
+    )
+    shards.partition_count = PARTITIONS
+    for partition in range(PARTITIONS):
+        shards.elect(partition, 1)
+    return shards
+
+
 def test_an_election_runs_no_step_and_the_loads_take_one_step_a_turn_of_the_event_loop() -> None:
     """A broker's death makes the survivors leaders of dozens of internal partitions in one
     callback: their loads run later, one step at a time, so that the broker serves between."""
@@ -144,12 +157,7 @@ def test_an_election_runs_no_step_and_the_loads_take_one_step_a_turn_of_the_even
     async def scenario() -> None:
         nonlocal turn
         loaded: list[int] = []
-        shards: CoordinatorShards[None] = CoordinatorShards(
-            "__consumer_offsets", build, lambda shard: loaded.append(shard.partition), lambda shard: None
-        )
-        shards.partition_count = PARTITIONS
-        for partition in range(PARTITIONS):
-            shards.elect(partition, 1)
+        shards = elect_every_partition(build, loaded)
         assert steps_run == [] and shards.loading
         while shards.loading:
             turn += 1
@@ -173,12 +181,7 @@ def test_a_load_that_fails_leaves_its_partition_loading_and_the_others_load() ->
 
     async def scenario() -> None:
         loaded: list[int] = []
-        shards: CoordinatorShards[None] = CoordinatorShards(
-            "__consumer_offsets", build, lambda shard: loaded.append(shard.partition), lambda shard: None
-        )
-        shards.partition_count = PARTITIONS
-        for partition in range(PARTITIONS):
-            shards.elect(partition, 1)
+        shards = elect_every_partition(build, loaded)
         for _ in range(100):
             await asyncio.sleep(0)
         assert loaded == [0, 2]
