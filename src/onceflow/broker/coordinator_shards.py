@@ -2,11 +2,11 @@
 that this broker leads, after Kafka's CoordinatorRuntime (`onElection`, `onResignation`).
 
 Elected (this broker became the partition's leader), a shard is built and its partition replayed
-into it step by step on the event loop, one step a turn over all the shards being loaded (a single
-broker's at once), and until then its keys are answered COORDINATOR_LOAD_IN_PROGRESS. Resigned
-(the leadership went), it is dropped: its keys are answered NOT_COORDINATOR, and so is what
-waited on it. A shard keeps the leader epoch it was elected at: that is its coordinator epoch,
-which transaction markers carry.
+into it step by step on the event loop, one step a turn over all the topic's shards being loaded
+(a single broker's at once), and until then its keys are answered COORDINATOR_LOAD_IN_PROGRESS.
+Resigned (the leadership went), it is dropped: its keys are answered NOT_COORDINATOR, and so is
+what waited on it. A shard keeps the leader epoch it was elected at: that is its coordinator
+epoch, which transaction markers carry.
 """
 
 from __future__ import annotations
