@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 
 from onceflow.broker.partition_flushes import PartitionFlushes
 from onceflow.coordinator.runtime import DurableLog
+from onceflow.log.files import SyncNotStarted
 
 
 class HeldLog:
-    """A log whose `flush` waits for `released`, and fails once after `fail_once`."""
+    """A log whose `flush` waits for `released`, and fails once after `fail_once` (once without
+    starting, `SyncNotStarted`, after `not_started_once`)."""
 
     def __init__(self, name: str, events: list[str]) -> None:
         self.name = name
@@ -23,6 +26,7 @@ class HeldLog:
         self.released.set()
         self.started = threading.Event()
         self.fail_once = False
+        self.not_started_once = False
         self._events = events
 
     def flush(self) -> int:
@@ -33,6 +37,9 @@ class HeldLog:
         if self.fail_once:
             self.fail_once = False
             raise OSError(f"{self.name}: no space left on device")
+        if self.not_started_once:
+            self.not_started_once = False
+            raise SyncNotStarted(errno.EMFILE, "Too many open files", self.name)
         self.flushed_offset = end
         return end
 
@@ -136,6 +143,23 @@ def test_a_failed_flush_is_reported_once_and_no_flush_follows_it() -> None:
     events, failures = asyncio.run(run())
     assert failures == [("a", "a: no space left on device")]
     assert events == ["a starts"]  # neither tried again nor another partition flushed after it
+
+
+def test_a_flush_that_could_not_start_a_sync_is_tried_again_and_then_counts() -> None:
+    # No fsync ran (no descriptor to open the directory with), so no page was marked clean: a
+    # retry is safe, and halting the broker for it would fail every client.
+    async def run() -> list[str]:
+        events: list[str] = []
+        flushes = _flushes(events)  # fails the test at any report of a failed flush
+        flushes.start()
+        a = HeldLog("a", events)
+        a.not_started_once = True
+        _append(flushes, a)
+        await _until_event(events, "a flushed to 1")
+        await flushes.stop()
+        return events
+
+    assert asyncio.run(run()) == ["a starts", "a starts", "a flushed to 1"]
 
 
 def test_stop_waits_for_the_flushes_under_way_and_starts_no_other() -> None:

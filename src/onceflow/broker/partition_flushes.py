@@ -14,6 +14,9 @@ A failed flush is not tried again. After a failed fsync Linux may mark the pages
 write clean and report the error once, so a second fsync can succeed with the data lost: a retry
 would acknowledge writes that are not on disk (PostgreSQL's "fsyncgate"). The flushes stop there
 and `flush_failed` tells the broker, which halts as Kafka does when its only log directory fails.
+A flush that could not begin a sync (`SyncNotStarted`: no descriptor to open a directory with,
+no space for a new checkpoint file) ran no fsync, so it is tried again a little later; what it
+was to make durable stays unacknowledged until then.
 """
 
 from __future__ import annotations
@@ -29,10 +32,16 @@ from onceflow import failpoints
 from onceflow.broker.kernel_fdatasyncs import KernelFdatasyncs
 from onceflow.broker.metrics import FLUSH_BY_KERNEL, FLUSH_ON_THREAD
 from onceflow.coordinator.runtime import DurableLog
+from onceflow.log.files import SyncNotStarted
+from onceflow.log_limits import once_per_interval
 
 log = logging.getLogger(__name__)
+_repeated = once_per_interval(__name__)
 
 FLUSH_FAILS_ONCE = "flush.eio-once"
+# After a flush that could not begin (descriptors or space run out): long enough not to spin,
+# short against a producer's request timeout.
+NOT_STARTED_RETRY_S = 0.1
 
 
 class PartitionFlushes:
@@ -100,6 +109,13 @@ class PartitionFlushes:
         except BaseException as error:  # cancelled too (at shutdown): the books stay right
             failure = error
         del self._flushing[partition]
+        if isinstance(failure, SyncNotStarted):
+            where = getattr(partition, "directory", "a coordinator's log")
+            _repeated.warning("%s: cannot flush (%s); trying again", where, failure)
+            self._asked_again.discard(partition)
+            self.dirty.add(partition)
+            asyncio.get_running_loop().call_later(NOT_STARTED_RETRY_S, self.request)
+            return
         if isinstance(failure, Exception):
             if not self._failed:  # the first failure; others under way may follow it
                 self._failed = self._stopping = True
