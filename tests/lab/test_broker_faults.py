@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow import EmbeddedBroker
 from onceflow.faults.proxy import FaultPlan, FaultProxy
-from tests.conftest import FAST_JOINS
+from tests.conftest import FAST_JOINS, wait_until
 from tests.wire import WireClient, make_batch
 
 VALUES = [f"v-{number}" for number in range(20)]
@@ -83,6 +83,39 @@ def test_duplicate_produce_defeats_the_idempotent_producer(proxied: tuple[FaultP
     assert Counter(_read(direct)) == {value: 2 for value in VALUES}
     assert proxy.broker_faults.produces_duplicated == len(VALUES)
     assert proxy.broker_faults.duplicated_values == VALUES
+
+
+@pytest.mark.timeout(60)
+def test_the_copies_counted_are_those_stored_also_when_clients_leave_first(
+    proxied: tuple[FaultProxy, str],
+) -> None:
+    # Clients that send their writes and leave at once, before their answers (a reset, as the
+    # answers they did not read are still in their sockets): the broker may store a copy after
+    # that, and the lab's negative control needs the proxy's count to be exactly what it stored.
+    proxy, direct = proxied
+    proxy.plan.broker_fault = "duplicate-produce"
+    sent = [[f"{client}-{value}" for value in VALUES] for client in range(5)]
+    connections_before = proxy.connections_open  # the fixture's admin client's
+    for client_values in sent:
+        with WireClient(proxy.address) as client:
+            for value in client_values:
+                records = make_batch([value.encode()])
+                _, frame = client.frame(
+                    0,
+                    9,
+                    transactional_id=None,
+                    acks=-1,
+                    timeout=10_000,
+                    topic_data=[{"name": "t", "partition_data": [{"index": 0, "records": records}]}],
+                )
+                client.send_raw(frame)
+    wait_until(lambda: proxy.connections_open == connections_before, 30)  # their copies answered
+    stored = Counter(_read(direct, "read_uncommitted"))
+    assert (
+        stored and set(stored) <= {value for values in sent for value in values} and max(stored.values()) <= 2
+    )
+    assert proxy.broker_faults.duplicated_values  # the precondition: copies were stored
+    assert sorted(proxy.broker_faults.duplicated_values) == sorted(v for v, n in stored.items() if n == 2)
 
 
 @pytest.mark.timeout(60)

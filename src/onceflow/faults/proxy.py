@@ -21,6 +21,9 @@ answer writes count as lost acks too.
   - `duplicate-produce`: a forwarded Produce is sent a second time, its batches made
     non-idempotent (no producer id, epoch or sequence), so the broker cannot tell the copy from
     new data. Transactional batches cannot lose their producer id; requests with one are not copied.
+    A copy counts (`duplicated_values`) once the broker's answer says it stored it: a connection
+    the client leaves, or a fault resets, is closed towards the broker only when the copies sent
+    on it are answered (or after `COPY_ANSWER_WAIT_S`), so no copy is stored uncounted.
 
 Any broker: with `rewrite_addresses`, the proxy rewrites the broker addresses of Metadata and
 FindCoordinator responses (decoded with kio, knowing each request's API and version by its
@@ -50,6 +53,7 @@ from types import TracebackType
 from typing import Any
 
 from crc32c import crc32c
+from kio.schema.errors import ErrorCode
 
 from onceflow.protocol.build import build
 from onceflow.protocol.codec import (
@@ -73,6 +77,8 @@ _PRODUCE_KEY = struct.pack(">h", PRODUCE)  # how a request frame starts
 WRITE_APIS = frozenset({PRODUCE, OFFSET_COMMIT, END_TXN, TXN_OFFSET_COMMIT})
 BROKER_FAULTS = ("serve-aborted", "drop-acked-produce", "duplicate-produce")
 READ_COMMITTED, READ_UNCOMMITTED = 1, 0
+# How long a connection whose client is gone stays open towards the broker for its copies' answers.
+COPY_ANSWER_WAIT_S = 30.0
 # The proxy's own requests (copies whose answers nobody waits for) count down from here.
 _OWN_CORRELATION_IDS = -1
 
@@ -95,11 +101,12 @@ class FaultPlan:
 
 @dataclass
 class BrokerFaultCounts:
-    """What the broker faults did, with the values of the records they dropped or copied."""
+    """What the broker faults did, with the values of the records they dropped or copied (the copies
+    the broker answered as stored)."""
 
     fetches_rewritten: int = 0
     produces_dropped: int = 0
-    produces_duplicated: int = 0
+    produces_duplicated: int = 0  # copies stored in every partition they wrote to
     dropped_values: list[str] = field(default_factory=list)
     duplicated_values: list[str] = field(default_factory=list)
 
@@ -113,6 +120,7 @@ class _Pending:
     api_version: int
     forged: bytes | None = None  # the proxy's own answer, sent in turn
     swallow: bool = False  # the answer to the proxy's own copy: the client never asked
+    copied: dict[tuple[Any, int], list[str]] | None = None  # a copy's values by (topic, partition)
 
 
 class FaultProxy:
@@ -144,6 +152,7 @@ class FaultProxy:
         # Destroyed responses by API key; those of WRITE_APIS are lost acks.
         self.dropped_by_api: Counter[int] = Counter()
         self.broker_faults = BrokerFaultCounts()
+        self._links: set[_Link] = set()
         self._random = random.Random(plan.seed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -157,6 +166,16 @@ class FaultProxy:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self._port}"
+
+    @property
+    def connections_open(self) -> int:
+        """Client connections being forwarded, or closed and still waiting for their copies' answers."""
+        return len(self._links)
+
+    @property
+    def copies_unanswered(self) -> int:
+        """Copies (`duplicate-produce`) sent to the broker and not yet answered: not yet counted."""
+        return sum(link.copies_unanswered for link in list(self._links))
 
     @property
     def acks_lost(self) -> int:
@@ -218,13 +237,29 @@ class FaultProxy:
             client_writer.close()
             return
         link = _Link(self, client_writer, broker_writer)
+        self._links.add(link)
+        try:
+            await self._forward(link, client_reader, broker_reader)
+        finally:
+            self._links.discard(link)
+
+    async def _forward(
+        self, link: _Link, client_reader: asyncio.StreamReader, broker_reader: asyncio.StreamReader
+    ) -> None:
+        """Requests one way and answers the other until either side ends, then the copies' answers."""
         requests = asyncio.create_task(link.requests(client_reader))
         responses = asyncio.create_task(link.responses(broker_reader))
-        await asyncio.wait([requests, responses], return_when=asyncio.FIRST_COMPLETED)
-        for task in (requests, responses):
+        client_gone = asyncio.create_task(link.client_gone.wait())
+        await asyncio.wait([requests, responses, client_gone], return_when=asyncio.FIRST_COMPLETED)
+        requests.cancel()
+        _reset(link.client)
+        link.client_gone.set()
+        if link.copies_unanswered and not responses.done():
+            # The broker may store a copy whatever becomes of the connection: its answer says.
+            await asyncio.wait([responses], timeout=COPY_ANSWER_WAIT_S)
+        for task in (responses, client_gone):
             task.cancel()
-        for writer in (client_writer, broker_writer):
-            _reset(writer)
+        _reset(link.broker)
 
     def broker_fault_hits(self) -> bool:
         return self._random.random() < self.plan.broker_fault_probability
@@ -282,6 +317,9 @@ class _Link:
         self.broker = broker
         self.pending: deque[_Pending] = deque()
         self.own_correlation_id = _OWN_CORRELATION_IDS
+        self.copies_unanswered = 0
+        # Set when the client's side ends (it left, or a fault resets it): answers go nowhere then.
+        self.client_gone = asyncio.Event()
 
     async def requests(self, reader: asyncio.StreamReader) -> None:
         while True:
@@ -333,11 +371,13 @@ class _Link:
         if fault == "duplicate-produce" and self.proxy.broker_fault_hits():
             copy = _non_idempotent_copy(body)
             if copy is not None:
-                counts.produces_duplicated += 1
-                counts.duplicated_values += _produce_values(copy)
                 self.own_correlation_id -= 1
                 own = dataclasses.replace(header, correlation_id=self.own_correlation_id)
-                self.pending.append(_Pending(self.own_correlation_id, api_key, version, swallow=True))
+                copied = _values_by_partition(copy)
+                self.pending.append(
+                    _Pending(self.own_correlation_id, api_key, version, swallow=True, copied=copied)
+                )
+                self.copies_unanswered += 1
                 return [*original, encode_request(own, copy)]
         return original
 
@@ -353,21 +393,51 @@ class _Link:
             (correlation_id,) = _INT32.unpack_from(body)
             answered = self._answered(correlation_id)
             if answered is not None and answered.swallow:
+                self._copy_answered(answered, body)
+                if self.client_gone.is_set() and not self.copies_unanswered:
+                    return
                 continue
+            if self.client_gone.is_set():
+                continue  # an answer to a client that left: only the copies' answers matter now
             if self.proxy.plan.delay_response_s:
                 await asyncio.sleep(self.proxy.plan.delay_response_s)
             if self.proxy.drops_response(answered.api_key if answered else -1):
                 self.proxy.responses_dropped += 1
                 self.proxy.dropped_by_api[answered.api_key if answered else -1] += 1
                 self._count_reset_losses()
-                return  # the caller resets both connections: the ack is lost
+                self.client_gone.set()  # the caller resets the client's side: the ack is lost
+                continue
             frame = prefix + body
             if self.proxy.rewrite_addresses and answered is not None and answered.api_key in ADDRESS_APIS:
                 frame = await self.proxy.rewritten(answered, frame)
-            self.client.write(frame)
-            self._send_forged()
-            await self.client.drain()
+            try:
+                self.client.write(frame)
+                self._send_forged()
+                await self.client.drain()
+            except ConnectionError:
+                self.client_gone.set()  # it left while its answers came: the copies' may still come
+                continue
             self.proxy.responses_forwarded += 1
+
+    def _copy_answered(self, copy: _Pending, body: bytes) -> None:
+        """Count the values of a copy in each partition whose answer says it was stored."""
+        self.copies_unanswered -= 1
+        try:
+            _, answer = decode_response(copy.api_key, copy.api_version, body)
+        except (MalformedRequestError, UnknownApiError):
+            return
+        copied = copy.copied or {}
+        stored = []
+        for topic in answer.responses:
+            for partition in topic.partition_responses:
+                key = _topic_key(topic), partition.index
+                if partition.error_code == ErrorCode.none and key in copied:
+                    stored.append(copied[key])
+        counts = self.proxy.broker_faults
+        if len(stored) == len(copied):
+            counts.produces_duplicated += 1
+        for values in stored:
+            counts.duplicated_values += values
 
     def _count_reset_losses(self) -> None:
         """The reset about to come destroys the answers to every request still waiting on this
@@ -444,14 +514,25 @@ def _non_idempotent_copy(body: Any) -> Any | None:
 
 def _produce_values(body: Any) -> list[str]:
     """The values of the records of a Produce request (uncompressed batches; the lab compresses none)."""
-    values = []
+    return [value for values in _values_by_partition(body).values() for value in values]
+
+
+def _values_by_partition(body: Any) -> dict[tuple[Any, int], list[str]]:
+    """`_produce_values` by (topic name or id, partition)."""
+    values: dict[tuple[Any, int], list[str]] = {}
     for topic in body.topic_data:
         for data in topic.partition_data:
+            partition_values = values.setdefault((_topic_key(topic), data.index), [])
             for batch in _batches(data.records or b""):
                 (attributes,) = struct.unpack_from(">h", batch, _ATTRIBUTES_AT)
                 if not attributes & _COMPRESSION:
-                    values += _record_values(batch)
+                    partition_values += _record_values(batch)
     return values
+
+
+def _topic_key(topic: Any) -> Any:
+    """How a Produce request and its answer name a topic: by name, or from v13 by id (KIP-516)."""
+    return getattr(topic, "name", None) or getattr(topic, "topic_id", None)
 
 
 def _record_values(batch: bytes) -> list[str]:

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from onceflow.faults.broker_process import BrokerProcess, wait_until
-from onceflow.faults.proxy import FaultPlan, FaultProxy
+from onceflow.faults.proxy import COPY_ANSWER_WAIT_S, FaultPlan, FaultProxy
 from onceflow.lab import broker_metrics, controls, coverage, faults, timeline
 from onceflow.lab.broker_metrics import BrokerMetrics
 from onceflow.lab.checker import CheckResult, check, log_agreement
@@ -293,6 +293,13 @@ class _Run:
             for process in [*self.processes.values(), *(zombie.process for zombie in self.zombies)]:
                 _kill(process)
         self.fault_log.close()
+        if scenario.broker_fault == "duplicate-produce":
+            # The clients are gone; a copy sent on their way may still be stored, and counted then.
+            wait_until(
+                lambda: self.proxy.copies_unanswered == 0,
+                COPY_ANSWER_WAIT_S,
+                what="the broker's answers to the proxy's copies",
+            )
         self._final_reads()
         effects = None
         if scenario.broker_fault is not None:
