@@ -20,7 +20,7 @@ from onceflow.cluster.ports import start_on_a_restartable_port
 from onceflow.faults.broker_process import wait_until as wait_until  # the tests import it from here
 from tests.postgres import PostgresServer
 
-# `make test` runs on three pytest-xdist workers (most tests wait on clients, timers and fsyncs).
+# `make test` runs on four pytest-xdist workers (most tests wait on clients, timers and fsyncs).
 # The Spark test files run in one lane, in turn on one worker: Spark's Python workers must connect
 # back within 10 s, which two Spark jobs side by side on two cores sometimes miss. The lane is the
 # suite's longest, so it starts first; the other workers take the other files, a file at a time,
