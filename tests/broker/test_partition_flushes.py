@@ -60,7 +60,13 @@ def _no_failure(partition: DurableLog, error: Exception) -> None:
 
 
 def _flushes(events: list[str]) -> PartitionFlushes:
-    return PartitionFlushes(ThreadPoolExecutor(4), lambda _seconds, _how: None, _ended(events), _no_failure)
+    return PartitionFlushes(
+        ThreadPoolExecutor(4),
+        lambda _seconds, _how: None,
+        _ended(events),
+        _no_failure,
+        lambda: events.append("retry"),
+    )
 
 
 def _append(flushes: PartitionFlushes, log: HeldLog) -> None:
@@ -125,7 +131,9 @@ def test_a_failed_flush_is_reported_once_and_no_flush_follows_it() -> None:
         def failed(partition: DurableLog, error: Exception) -> None:
             failures.append((partition.name, str(error)))  # type: ignore[attr-defined]
 
-        flushes = PartitionFlushes(ThreadPoolExecutor(4), lambda _seconds, _how: None, _ended(events), failed)
+        flushes = PartitionFlushes(
+            ThreadPoolExecutor(4), lambda _seconds, _how: None, _ended(events), failed, lambda: None
+        )
         flushes.start()
         a, b = HeldLog("a", events), HeldLog("b", events)
         a.fail_once = True
@@ -159,7 +167,7 @@ def test_a_flush_that_could_not_start_a_sync_is_tried_again_and_then_counts() ->
         await flushes.stop()
         return events
 
-    assert asyncio.run(run()) == ["a starts", "a starts", "a flushed to 1"]
+    assert asyncio.run(run()) == ["a starts", "retry", "a starts", "a flushed to 1"]
 
 
 def test_stop_waits_for_the_flushes_under_way_and_starts_no_other() -> None:
@@ -192,7 +200,9 @@ def test_a_request_with_nothing_dirty_flushes_nothing() -> None:
             if len(events) < 100:  # the bound lets a failing run end
                 flushes.request()
 
-        flushes = PartitionFlushes(ThreadPoolExecutor(1), lambda _seconds, _how: None, ended, _no_failure)
+        flushes = PartitionFlushes(
+            ThreadPoolExecutor(1), lambda _seconds, _how: None, ended, _no_failure, lambda: None
+        )
         flushes.start()
         flushes.request()
         await asyncio.sleep(0.01)

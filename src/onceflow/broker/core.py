@@ -164,7 +164,11 @@ class Broker:
             max_workers=FSYNC_THREADS, thread_name_prefix="onceflow-fsync"
         )
         self._flushes = PartitionFlushes(
-            self._fsync_threads, self.metrics.flushed, self._flush_ended, self._flush_failed
+            self._fsync_threads,
+            self.metrics.flushed,
+            self._flush_ended,
+            self._flush_failed,
+            lambda: self.metrics.storage_error("flushing"),
         )
         # Set at the first failed fsync: the broker halts (its host stops it without a flush).
         self.storage_failure: str | None = None

@@ -179,7 +179,7 @@ class PrometheusMetrics(Metrics):
         self._storage_errors = Counter(
             "onceflow_storage_errors",
             "I/O errors of the logs, by what failed: an append (answered KAFKA_STORAGE_ERROR) or a "
-            "background task (flush checkpoint, retention, snapshots, cleaning), which retries.",
+            "background task (flushing, checkpoint, retention, snapshots, cleaning), which retries.",
             ["operation"],
             registry=self.registry,
         )

@@ -51,16 +51,19 @@ class PartitionFlushes:
         flush_timed: Callable[[float, str], None],
         flush_ended: Callable[[Collection[DurableLog], float], None],
         flush_failed: Callable[[DurableLog, Exception], None],
+        flush_not_started: Callable[[], None],
     ) -> None:
         """`flush_timed(seconds, how)` after each partition's flush (`how`: one of
         `metrics.FLUSH_HOWS`); `flush_ended(partitions, perf_counter)` once the flushed offsets
         of `partitions` have moved; `flush_failed(partition, error)` once, at the first failed
-        flush, after which no flush starts."""
+        flush, after which no flush starts; `flush_not_started()` at each flush that could not
+        begin a sync, to be tried again."""
         self.dirty: set[DurableLog] = set()  # appended to since their last flush began
         self._threads = threads
         self._flush_timed = flush_timed
         self._flush_ended = flush_ended
         self._flush_failed = flush_failed
+        self._flush_not_started = flush_not_started
         self._flushing: dict[DurableLog, asyncio.Task[None]] = {}
         self._asked_again: set[DurableLog] = set()  # dirty and asked for while their flush ran
         self._kernel: KernelFdatasyncs | None = None
@@ -112,6 +115,7 @@ class PartitionFlushes:
         if isinstance(failure, SyncNotStarted):
             where = getattr(partition, "directory", "a coordinator's log")
             _repeated.warning("%s: cannot flush (%s); trying again", where, failure)
+            self._flush_not_started()
             self._asked_again.discard(partition)
             self.dirty.add(partition)
             asyncio.get_running_loop().call_later(NOT_STARTED_RETRY_S, self.request)
