@@ -4,6 +4,9 @@ against a live cluster's ZooKeeper."""
 from __future__ import annotations
 
 import json
+import socket
+import struct
+import threading
 import uuid
 
 import pytest
@@ -108,4 +111,44 @@ def test_an_unreachable_zookeeper_is_an_error_not_a_crash() -> None:
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"onceflow cluster status: cannot reach ZooKeeper at {address}"
+    ]
+
+
+def _frame(sock: socket.socket) -> bytes:
+    """One length-prefixed ZooKeeper frame, prefix included."""
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed mid-frame")
+        data += chunk
+    return data
+
+
+def test_a_zookeeper_lost_during_the_read_is_an_error_not_a_crash(shared_cluster: Cluster) -> None:
+    # Between the command and ZooKeeper, a link that passes the session's handshake, then resets
+    # both sides at the first request: kazoo raises ConnectionLoss mid-read. Later connects are refused.
+    host, port = shared_cluster.zookeeper.connect_string.split(",")[0].rsplit(":", 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def drop_after_the_handshake() -> None:
+        with listener:
+            listener.settimeout(60)
+            client, _ = listener.accept()
+        with client, socket.create_connection((host, int(port)), timeout=30) as upstream:
+            client.settimeout(30)
+            upstream.sendall(_frame(client))  # ConnectRequest
+            client.sendall(_frame(upstream))  # ConnectResponse: the session is up
+            _frame(client)  # the first request, never answered
+            for side in (client, upstream):
+                side.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    link = threading.Thread(target=drop_after_the_handshake, daemon=True)
+    link.start()
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    result = onceflow("cluster", "status", "--zookeeper", address, "--timeout", "10")
+    link.join(30)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"onceflow cluster status: ZooKeeper at {address} failed the read: ConnectionLoss"
     ]

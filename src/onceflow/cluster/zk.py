@@ -678,6 +678,8 @@ def read_cluster(connect: str, timeout_s: float) -> ClusterView:
         raise ClusterError(f"cannot reach ZooKeeper at {connect}") from error
     except NoNodeError as error:
         raise ClusterError(f"no onceflow cluster in ZooKeeper at {connect}") from error
+    except KazooException as error:  # the connection lost during the read, the session expired
+        raise ClusterError(f"ZooKeeper at {connect} failed the read: {type(error).__name__}") from error
     finally:
         client.stop()
         client.close()
